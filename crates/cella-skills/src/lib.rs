@@ -1,0 +1,1 @@
+//! Agent Skills (agentskills.io). Work in progress.

@@ -1,0 +1,3 @@
+//! One module per `cella` subcommand.
+
+pub mod skills;
