@@ -1,7 +1,8 @@
 //! The `cella` command: sandboxes for AI agents' code.
 //!
 //! This binary is also its own helper: the hidden `__sandbox-init` subcommand is how sandboxes
-//! are built (the server never forks from its multi-threaded runtime; it re-runs this binary).
+//! are built (nothing forks from a multi-threaded runtime; the helper is a fresh process), and
+//! the sandbox's init then runs the guest agent (cella-envd) from the same binary.
 
 mod commands;
 
@@ -10,7 +11,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "cella", version, about = "Run AI agents' code in sandboxes: fast, local, E2B-compatible")]
+#[command(
+    name = "cella",
+    version,
+    about = "Run AI agents' code in sandboxes: fast, local, E2B-compatible",
+    after_help = "Start with `cella doctor` to see what this host supports, then `cella exec -- python3 -c 'print(6*7)'`."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,15 +24,40 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one command in a fresh sandbox, stream its output, and exit with its exit code.
+    Exec(commands::exec::ExecArgs),
+    /// An interactive shell (PTY) in a fresh sandbox.
+    Shell(commands::shell::ShellArgs),
+    /// What this host offers sandboxes, and which backends can run here.
+    Doctor(commands::doctor::DoctorArgs),
+    /// Benchmarks, each against a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
     /// Validate, inspect, render, scaffold, package and install Agent Skills.
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
+    /// Run the sandbox agent (envd) on a Unix socket, outside any sandbox (for debugging).
+    #[command(hide = true)]
+    Envd(commands::guest::EnvdArgs),
+    /// Internal: builds one sandbox (started by cella itself).
+    #[command(name = "__sandbox-init", hide = true)]
+    SandboxInit,
 }
 
 fn main() -> ExitCode {
+    // The helper path must not pay for argument parsing machinery it does not need.
+    if std::env::args_os().nth(1).is_some_and(|a| a == cella_sandbox::native::HELPER_SUBCOMMAND) {
+        cella_sandbox::native::init::run_helper(commands::guest::run_in_sandbox);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Exec(args) => commands::exec::run(args),
+        Command::Shell(args) => commands::shell::run(args),
+        Command::Doctor(args) => commands::doctor::run(args),
+        Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Skills(cmd) => commands::skills::run(cmd),
+        Command::Envd(args) => commands::guest::run_standalone(args),
+        Command::SandboxInit => Ok(ExitCode::from(2)),
     };
     match result {
         Ok(code) => code,

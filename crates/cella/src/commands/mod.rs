@@ -1,3 +1,9 @@
 //! One module per `cella` subcommand.
 
+pub mod bench;
+pub mod doctor;
+pub mod exec;
+pub mod guest;
+pub mod local;
+pub mod shell;
 pub mod skills;

@@ -1,0 +1,245 @@
+//! `cella exec`: one command in a fresh sandbox. Output streams live; the exit code is the
+//! command's (124 when `--timeout` killed it, 137 when the memory limit did); the sandbox is
+//! destroyed afterwards whatever happens.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cella_proto::Code;
+use cella_proto::process::{ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, SendInputRequest, StartRequest};
+use cella_sandbox::backend::Backend;
+use cella_sandbox::spec::{self, Limits, Network, SandboxSpec, WORKSPACE};
+use cella_sandbox::{ClientError, EnvdClient, Transport};
+
+/// Resource and isolation options shared by the commands that create local sandboxes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxOptions {
+    /// Template the sandbox's root filesystem comes from.
+    #[arg(long, default_value = "base")]
+    pub template: String,
+    /// Memory limit (e.g. 512M, 2G).
+    #[arg(long, default_value = "512M", value_parser = spec::parse_size)]
+    pub memory: u64,
+    /// CPU limit in cores (e.g. 1, 0.5, 2).
+    #[arg(long, default_value_t = 1.0)]
+    pub cpus: f64,
+    /// Maximum number of processes and threads.
+    #[arg(long, default_value_t = 256)]
+    pub pids: u32,
+    /// Size of the writable layer (root, home and /tmp together).
+    #[arg(long, default_value = "1G", value_parser = spec::parse_size)]
+    pub disk: u64,
+    /// Network access: `none` (only the sandbox's own loopback).
+    #[arg(long, default_value = "none")]
+    pub network: Network,
+    /// Environment variable for the command, K=V (repeatable).
+    #[arg(long = "env", short = 'e', value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Host directory bound read-write at /workspace and used as the working directory.
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+    /// Run as root inside the sandbox (root only in the sandbox's user namespace).
+    #[arg(long)]
+    pub root: bool,
+}
+
+impl SandboxOptions {
+    pub fn spec(&self) -> anyhow::Result<SandboxSpec> {
+        if !(self.cpus > 0.0 && self.cpus <= 1024.0) {
+            bail!("--cpus must be a positive number of cores, got {}", self.cpus);
+        }
+        if self.pids == 0 {
+            bail!("--pids must be at least 1");
+        }
+        if let Some(w) = &self.workdir
+            && !w.is_dir()
+        {
+            bail!("--workdir {} is not a directory on this host", w.display());
+        }
+        Ok(SandboxSpec {
+            template: self.template.clone(),
+            limits: Limits { memory_bytes: Some(self.memory), cpus: Some(self.cpus), pids: Some(self.pids), disk_bytes: Some(self.disk) },
+            network: self.network.clone(),
+            envs: BTreeMap::new(),
+            workdir: self.workdir.clone(),
+            default_user: "user".into(),
+            lifetime: None,
+            metadata: BTreeMap::new(),
+        })
+    }
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("invalid --env {s:?}: expected NAME=VALUE")),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Exit status: the command's own; 124 if --timeout killed it; 137 if the memory limit did; 127 if the command was not found; 125 if the sandbox could not be created.")]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxOptions,
+    /// Kill the command (and its sandbox) after this long, e.g. 30s, 500ms, 2m.
+    #[arg(long, value_parser = spec::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Print the sandbox's warnings (limits this host cannot enforce) and timings.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let spec = args.sandbox.spec()?;
+    let rt = super::local::runtime()?;
+    let code = rt.block_on(exec(args, spec))?;
+    Ok(ExitCode::from(code))
+}
+
+async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
+    let backend = super::local::native_backend()?;
+    let id = cella_proto::ids::new_sandbox_id();
+    let started = std::time::Instant::now();
+    let instance = match backend.create(&id, &spec).await {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("cella: {e}");
+            return Ok(125);
+        }
+    };
+    for w in &instance.warnings {
+        if args.verbose || !w.starts_with("rootless") {
+            eprintln!("cella: warning: {w}");
+        }
+    }
+    if args.verbose {
+        eprintln!("cella: sandbox {id} ready in {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let Transport::Unix(socket) = &instance.transport;
+    let client = EnvdClient::unix(socket.clone());
+    let result = run_command(&client, &args, &spec).await;
+    let oom = backend.oom_kills(&instance) > 0;
+    let _ = backend.kill(&instance).await;
+    let outcome = result?;
+    Ok(match outcome {
+        Outcome::Exited(code) => {
+            if code == 137 && oom {
+                eprintln!("cella: killed: the command ran out of memory (limit {} MiB)", spec.limits.memory_bytes.unwrap_or(0) >> 20);
+            }
+            u8::try_from(code.clamp(0, 255)).unwrap_or(1)
+        }
+        Outcome::TimedOut(t) => {
+            eprintln!("cella: timed out after {}: the sandbox was killed", humantime(t));
+            124
+        }
+        Outcome::Interrupted => 130,
+        Outcome::NotStarted(code, msg) => {
+            eprintln!("cella: {msg}");
+            code
+        }
+    })
+}
+
+fn humantime(d: Duration) -> String {
+    if d.as_millis() < 1000 { format!("{} ms", d.as_millis()) } else { format!("{:.1} s", d.as_secs_f64()) }
+}
+
+enum Outcome {
+    Exited(i32),
+    TimedOut(Duration),
+    Interrupted,
+    NotStarted(u8, String),
+}
+
+async fn run_command(client: &EnvdClient, args: &ExecArgs, spec: &SandboxSpec) -> anyhow::Result<Outcome> {
+    let pipe_stdin = !std::io::stdin().is_terminal();
+    let req = StartRequest {
+        process: Some(ProcessConfig {
+            cmd: args.command[0].clone(),
+            args: args.command[1..].to_vec(),
+            envs: args.sandbox.env.iter().cloned().collect(),
+            cwd: spec.workdir.as_ref().map(|_| WORKSPACE.to_string()),
+        }),
+        pty: None,
+        tag: None,
+        stdin: Some(pipe_stdin),
+    };
+    let user = if args.sandbox.root { Some("root") } else { None };
+    let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut stream = match client.start(&req, user).await {
+        Ok(s) => s,
+        Err(ClientError::Rpc(e)) if e.code == Code::NotFound => return Ok(Outcome::NotStarted(127, format!("command not found in the sandbox: {}", e.message))),
+        Err(ClientError::Rpc(e)) if e.code == Code::PermissionDenied => return Ok(Outcome::NotStarted(126, e.message)),
+        Err(e) => return Err(e).context("starting the command in the sandbox"),
+    };
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
+    let mut stdin_task = None;
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sleep);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(Ok(ProcessEvent::Start { pid })) => {
+                    if pipe_stdin {
+                        stdin_task = Some(tokio::spawn(feed_stdin(client.clone(), pid, user.map(String::from))));
+                    }
+                }
+                Some(Ok(ProcessEvent::Data(out))) => match out {
+                    ProcessOutput::Stdout(b) | ProcessOutput::Pty(b) => { let _ = stdout.write_all(&b); let _ = stdout.flush(); }
+                    ProcessOutput::Stderr(b) => { let _ = stderr.write_all(&b); let _ = stderr.flush(); }
+                },
+                Some(Ok(ProcessEvent::End(end))) => {
+                    if let Some(t) = stdin_task { t.abort(); }
+                    return Ok(Outcome::Exited(end.shell_code()));
+                }
+                Some(Ok(ProcessEvent::Keepalive {})) => {}
+                Some(Err(e)) => return Err(e).context("reading the command's output"),
+                None => bail!("the sandbox ended the command's stream without an exit status"),
+            },
+            _ = &mut sleep => return Ok(Outcome::TimedOut(args.timeout.unwrap_or_default())),
+            _ = &mut ctrl_c => return Ok(Outcome::Interrupted),
+        }
+    }
+}
+
+/// Copies our stdin to the command, then closes its stdin.
+async fn feed_stdin(client: EnvdClient, pid: u32, user: Option<String>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut stdin = std::io::stdin();
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    while let Some(chunk) = rx.recv().await {
+        let req = SendInputRequest { process: Some(ProcessSelector::Pid(pid)), input: Some(ProcessInput::Stdin(chunk.into())) };
+        if client.unary::<_, serde_json::Value>("/process.Process/SendInput", &req, user.as_deref()).await.is_err() {
+            return;
+        }
+    }
+    let close = cella_proto::process::CloseStdinRequest { process: Some(ProcessSelector::Pid(pid)) };
+    let _ = client.unary::<_, serde_json::Value>("/process.Process/CloseStdin", &close, user.as_deref()).await;
+}

@@ -1,0 +1,16 @@
+//! Sandboxes on this machine for the local commands (exec, shell, bench): the native backend
+//! with this binary as its helper.
+
+use anyhow::Context;
+use cella_sandbox::native::{NativeBackend, NativeConfig};
+
+/// The native backend, using this very binary as the sandbox helper.
+pub fn native_backend() -> anyhow::Result<NativeBackend> {
+    let exe = std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
+    NativeBackend::new(NativeConfig::with_helper(exe)).context("preparing the native sandbox backend")
+}
+
+/// A single-threaded runtime: the local commands drive one sandbox at a time.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")
+}
