@@ -1,0 +1,5 @@
+//! cella-envd integration tests, one module per service.
+
+mod files;
+mod filesystem;
+mod support;
