@@ -151,8 +151,11 @@ pub enum WatchDirEvent {
     Keepalive {},
 }
 
+/// `event` is a proto `oneof`, which proto3 JSON flattens: `{"start": {}}`, not
+/// `{"event": {"start": {}}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchDirResponse {
+    #[serde(flatten)]
     pub event: WatchDirEvent,
 }
 
@@ -198,6 +201,6 @@ mod tests {
         let back: EntryInfo = serde_json::from_value(json).expect("de");
         assert_eq!(back, e);
         let w = WatchDirResponse { event: WatchDirEvent::Start {} };
-        assert_eq!(serde_json::to_string(&w).expect("ser"), r#"{"event":{"start":{}}}"#);
+        assert_eq!(serde_json::to_string(&w).expect("ser"), r#"{"start":{}}"#);
     }
 }

@@ -460,7 +460,7 @@ async fn collect_until(
             String::from_utf8_lossy(&env.data)
         );
         let msg: Value = serde_json::from_slice(&env.data).expect("json");
-        if let Some(fs) = msg["event"].get("filesystem") {
+        if let Some(fs) = msg.get("filesystem") {
             seen.push((
                 fs["type"].as_str().unwrap_or("").to_string(),
                 fs["name"].as_str().unwrap_or("").to_string(),
@@ -484,7 +484,7 @@ async fn watch_dir_streams_start_then_events() {
     assert_eq!(stream.status, StatusCode::OK);
     assert_eq!(
         stream.message().await,
-        json!({ "event": { "start": {} } }),
+        json!({ "start": {} }),
         "start comes first"
     );
 
@@ -536,7 +536,7 @@ async fn watch_dir_recursive_follows_new_subdirectories() {
     let mut stream = h
         .server_stream(WATCH, json!({ "path": h.p(""), "recursive": true }), &[])
         .await;
-    assert!(stream.message().await["event"].get("start").is_some());
+    assert!(stream.message().await.get("start").is_some());
 
     let mut seen = Vec::new();
     std::fs::write(h.path("old/a"), "a").expect("write");
@@ -573,9 +573,9 @@ async fn watch_dir_sends_keepalives() {
             &[("keepalive-ping-interval", "1")],
         )
         .await;
-    assert!(stream.message().await["event"].get("start").is_some());
+    assert!(stream.message().await.get("start").is_some());
     let msg = stream.message().await;
-    assert_eq!(msg, json!({ "event": { "keepalive": {} } }));
+    assert_eq!(msg, json!({ "keepalive": {} }));
 }
 
 #[tokio::test]
@@ -628,7 +628,7 @@ async fn watch_dir_stops_when_the_client_disconnects() {
     let mut stream = h
         .server_stream(WATCH, json!({ "path": h.p("") }), &[])
         .await;
-    assert!(stream.message().await["event"].get("start").is_some());
+    assert!(stream.message().await.get("start").is_some());
     assert_eq!(watch_threads(), before + 1);
     drop(stream);
     eventually("the watch thread ends", || watch_threads() == before).await;

@@ -2,4 +2,5 @@
 
 mod files;
 mod filesystem;
+mod sdk;
 mod support;
