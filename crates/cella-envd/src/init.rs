@@ -48,12 +48,16 @@ pub struct Reaper {
 impl Reaper {
     pub fn global() -> &'static Reaper {
         static REAPER: OnceLock<Reaper> = OnceLock::new();
-        REAPER.get_or_init(|| Reaper { state: Mutex::new(ReaperState::default()) })
+        REAPER.get_or_init(|| Reaper {
+            state: Mutex::new(ReaperState::default()),
+        })
     }
 
     /// Locks the reaper; hold the guard across spawn and `watch`.
     pub fn lock(&self) -> MutexGuard<'_, ReaperState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Collects every exited child without blocking.
@@ -83,7 +87,9 @@ impl Reaper {
             }
         }
         let now = Instant::now();
-        state.unclaimed.retain(|_, (_, at)| now.duration_since(*at) < UNCLAIMED_TTL);
+        state
+            .unclaimed
+            .retain(|_, (_, at)| now.duration_since(*at) < UNCLAIMED_TTL);
     }
 
     /// Runs the reaper on SIGCHLD for the life of the runtime.

@@ -156,9 +156,15 @@ mod tests {
     fn refuses_oversized_and_compressed() {
         let mut dec = EnvelopeDecoder::new();
         dec.push(&[0, 0xff, 0xff, 0xff, 0xff]);
-        assert_eq!(dec.next_envelope().expect_err("too big").code, Code::ResourceExhausted);
+        assert_eq!(
+            dec.next_envelope().expect_err("too big").code,
+            Code::ResourceExhausted
+        );
         let mut dec = EnvelopeDecoder::new();
         dec.push(&Envelope::encode(FLAG_COMPRESSED, b"x"));
-        assert_eq!(dec.next_envelope().expect_err("compressed").code, Code::Internal);
+        assert_eq!(
+            dec.next_envelope().expect_err("compressed").code,
+            Code::Internal
+        );
     }
 }

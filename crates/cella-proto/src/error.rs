@@ -93,7 +93,10 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {

@@ -47,11 +47,13 @@ pub mod int64 {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         match serde_json::Value::deserialize(d)? {
             serde_json::Value::String(s) => s.parse().map_err(serde::de::Error::custom),
-            serde_json::Value::Number(n) => {
-                n.as_i64().ok_or_else(|| serde::de::Error::custom("int64 out of range"))
-            }
+            serde_json::Value::Number(n) => n
+                .as_i64()
+                .ok_or_else(|| serde::de::Error::custom("int64 out of range")),
             serde_json::Value::Null => Ok(0),
-            other => Err(serde::de::Error::custom(format!("expected int64, got {other}"))),
+            other => Err(serde::de::Error::custom(format!(
+                "expected int64, got {other}"
+            ))),
         }
     }
 }
@@ -200,7 +202,9 @@ mod tests {
         assert_eq!(json["modifiedTime"], "2026-08-21T10:00:00Z");
         let back: EntryInfo = serde_json::from_value(json).expect("de");
         assert_eq!(back, e);
-        let w = WatchDirResponse { event: WatchDirEvent::Start {} };
+        let w = WatchDirResponse {
+            event: WatchDirEvent::Start {},
+        };
         assert_eq!(serde_json::to_string(&w).expect("ser"), r#"{"start":{}}"#);
     }
 }

@@ -10,7 +10,9 @@ pub const SANDBOX_ID_LEN: usize = 20;
 pub fn new_sandbox_id() -> String {
     let mut raw = [0u8; SANDBOX_ID_LEN];
     fill_random(&mut raw);
-    raw.iter().map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char).collect()
+    raw.iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// Random hex of `bytes` random bytes (tokens, keys).
@@ -46,7 +48,9 @@ fn fill_random(buf: &mut [u8]) {
 pub fn is_valid_sandbox_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 #[cfg(test)]

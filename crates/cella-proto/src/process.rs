@@ -164,16 +164,22 @@ impl<'de> Deserialize<'de> for Signal {
                 "SIGNAL_UNSPECIFIED" => Ok(Signal::Unspecified),
                 "SIGNAL_SIGTERM" => Ok(Signal::Sigterm),
                 "SIGNAL_SIGKILL" => Ok(Signal::Sigkill),
-                other => Err(serde::de::Error::custom(format!("unknown signal {other:?}"))),
+                other => Err(serde::de::Error::custom(format!(
+                    "unknown signal {other:?}"
+                ))),
             },
             serde_json::Value::Number(n) => match n.as_i64() {
                 Some(0) => Ok(Signal::Unspecified),
                 Some(15) => Ok(Signal::Sigterm),
                 Some(9) => Ok(Signal::Sigkill),
-                _ => Err(serde::de::Error::custom(format!("unknown signal number {n}"))),
+                _ => Err(serde::de::Error::custom(format!(
+                    "unknown signal number {n}"
+                ))),
             },
             serde_json::Value::Null => Ok(Signal::Unspecified),
-            other => Err(serde::de::Error::custom(format!("signal must be a name, got {other}"))),
+            other => Err(serde::de::Error::custom(format!(
+                "signal must be a name, got {other}"
+            ))),
         }
     }
 }
@@ -187,7 +193,10 @@ pub struct SendSignalRequest {
 
 impl Default for SendSignalRequest {
     fn default() -> Self {
-        Self { process: None, signal: Signal::Unspecified }
+        Self {
+            process: None,
+            signal: Signal::Unspecified,
+        }
     }
 }
 
@@ -248,8 +257,13 @@ mod tests {
 
     #[test]
     fn events_have_proto3_json_shape() {
-        let start = ProcessEventMessage { event: ProcessEvent::Start { pid: 7 } };
-        assert_eq!(serde_json::to_string(&start).expect("ser"), r#"{"event":{"start":{"pid":7}}}"#);
+        let start = ProcessEventMessage {
+            event: ProcessEvent::Start { pid: 7 },
+        };
+        assert_eq!(
+            serde_json::to_string(&start).expect("ser"),
+            r#"{"event":{"start":{"pid":7}}}"#
+        );
         let data = ProcessEventMessage {
             event: ProcessEvent::Data(ProcessOutput::Stdout(Bytes::from_static(b"hi\n"))),
         };
@@ -269,8 +283,13 @@ mod tests {
             serde_json::to_string(&end).expect("ser"),
             r#"{"event":{"end":{"exitCode":0,"exited":true,"status":"exit status 0"}}}"#
         );
-        let ka = ProcessEventMessage { event: ProcessEvent::Keepalive {} };
-        assert_eq!(serde_json::to_string(&ka).expect("ser"), r#"{"event":{"keepalive":{}}}"#);
+        let ka = ProcessEventMessage {
+            event: ProcessEvent::Keepalive {},
+        };
+        assert_eq!(
+            serde_json::to_string(&ka).expect("ser"),
+            r#"{"event":{"keepalive":{}}}"#
+        );
     }
 
     #[test]
@@ -284,15 +303,25 @@ mod tests {
         assert_eq!(p.envs.get("A").map(String::as_str), Some("1"));
         assert_eq!(req.stdin, Some(false));
         let sig: SendSignalRequest =
-            serde_json::from_str(r#"{"process":{"pid":3},"signal":"SIGNAL_SIGKILL"}"#).expect("parses");
+            serde_json::from_str(r#"{"process":{"pid":3},"signal":"SIGNAL_SIGKILL"}"#)
+                .expect("parses");
         assert_eq!(sig.signal, Signal::Sigkill);
         assert_eq!(sig.process, Some(ProcessSelector::Pid(3)));
         let input: SendInputRequest =
-            serde_json::from_str(r#"{"process":{"tag":"t"},"input":{"stdin":"aGk="}}"#).expect("parses");
-        assert_eq!(input.input, Some(ProcessInput::Stdin(Bytes::from_static(b"hi"))));
+            serde_json::from_str(r#"{"process":{"tag":"t"},"input":{"stdin":"aGk="}}"#)
+                .expect("parses");
+        assert_eq!(
+            input.input,
+            Some(ProcessInput::Stdin(Bytes::from_static(b"hi")))
+        );
         let stream: StreamInputRequest =
             serde_json::from_str(r#"{"start":{"process":{"pid":1}}}"#).expect("parses");
-        assert_eq!(stream, StreamInputRequest::Start { process: Some(ProcessSelector::Pid(1)) });
+        assert_eq!(
+            stream,
+            StreamInputRequest::Start {
+                process: Some(ProcessSelector::Pid(1))
+            }
+        );
     }
 }
 
@@ -320,7 +349,12 @@ const SIGNAL_NAMES: &[(i32, &str)] = &[
 impl EndEvent {
     /// The end of a process that exited with `code`.
     pub fn exited(code: i32) -> Self {
-        EndEvent { exit_code: code, exited: true, status: format!("exit status {code}"), error: None }
+        EndEvent {
+            exit_code: code,
+            exited: true,
+            status: format!("exit status {code}"),
+            error: None,
+        }
     }
 
     /// The end of a process killed by signal `signo` (exit code -1, as Go's envd reports).
@@ -330,7 +364,12 @@ impl EndEvent {
             .find(|(n, _)| *n == signo)
             .map(|(_, name)| (*name).to_string())
             .unwrap_or_else(|| format!("signal {signo}"));
-        EndEvent { exit_code: -1, exited: false, status: format!("signal: {name}"), error: None }
+        EndEvent {
+            exit_code: -1,
+            exited: false,
+            status: format!("signal: {name}"),
+            error: None,
+        }
     }
 
     /// The signal that ended the process, when it was killed by one.

@@ -24,7 +24,10 @@ pub enum SandboxError {
     #[error("{0}")]
     Unsupported(String),
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("sandbox {0} is paused: resume it first")]
     Paused(String),
     #[error("sandbox {0} is not paused")]
@@ -62,7 +65,11 @@ pub struct Instance {
 pub trait Backend: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Builds a sandbox and starts envd in it.
-    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> BoxFuture<'a, Result<Instance, SandboxError>>;
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        spec: &'a SandboxSpec,
+    ) -> BoxFuture<'a, Result<Instance, SandboxError>>;
     /// Destroys a sandbox and waits until it is gone.
     fn kill<'a>(&'a self, instance: &'a Instance) -> BoxFuture<'a, Result<(), SandboxError>>;
     /// Freezes every process (memory kept).

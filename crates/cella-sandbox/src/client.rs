@@ -17,7 +17,10 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot reach the sandbox agent at {path}: {source}")]
-    Connect { path: PathBuf, source: std::io::Error },
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("http exchange with the sandbox agent failed: {0}")]
     Http(String),
     #[error("{0}")]
@@ -42,7 +45,9 @@ pub struct EnvdClient {
 
 impl EnvdClient {
     pub fn unix(socket: impl Into<PathBuf>) -> Self {
-        EnvdClient { socket: socket.into() }
+        EnvdClient {
+            socket: socket.into(),
+        }
     }
 
     pub fn socket(&self) -> &Path {
@@ -58,46 +63,96 @@ impl EnvdClient {
     {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
-            .map_err(|source| ClientError::Connect { path: self.socket.clone(), source })?;
+            .map_err(|source| ClientError::Connect {
+                path: self.socket.clone(),
+                source,
+            })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ClientError::Http(e.to_string()))?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        sender.send_request(req).await.map_err(|e| ClientError::Http(e.to_string()))
+        sender
+            .send_request(req)
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))
     }
 
-    fn request(path: &str, content_type: &str, user: Option<&str>, body: Bytes) -> Result<Request<Full<Bytes>>, ClientError> {
+    fn request(
+        path: &str,
+        content_type: &str,
+        user: Option<&str>,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, ClientError> {
         let mut b = Request::post(path)
             .header("host", "envd")
             .header("content-type", content_type)
             .header("connect-protocol-version", "1");
         if let Some(u) = user {
-            b = b.header("authorization", format!("Basic {}", cella_proto::b64::encode(format!("{u}:").as_bytes())));
+            b = b.header(
+                "authorization",
+                format!(
+                    "Basic {}",
+                    cella_proto::b64::encode(format!("{u}:").as_bytes())
+                ),
+            );
         }
-        b.body(Full::new(body)).map_err(|e| ClientError::Http(e.to_string()))
+        b.body(Full::new(body))
+            .map_err(|e| ClientError::Http(e.to_string()))
     }
 
     /// A unary Connect call, e.g. `("/process.Process/List", &ListRequest{})`.
-    pub async fn unary<Req: Serialize, Resp: DeserializeOwned>(&self, path: &str, req: &Req, user: Option<&str>) -> Result<Resp, ClientError> {
+    pub async fn unary<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+    ) -> Result<Resp, ClientError> {
         let body = serde_json::to_vec(req).map_err(|e| ClientError::Http(e.to_string()))?;
-        let resp = self.send(Self::request(path, cella_proto::CONTENT_TYPE_UNARY, user, body.into())?).await?;
+        let resp = self
+            .send(Self::request(
+                path,
+                cella_proto::CONTENT_TYPE_UNARY,
+                user,
+                body.into(),
+            )?)
+            .await?;
         let status = resp.status();
-        let bytes = resp.into_body().collect().await.map_err(|e| ClientError::Http(e.to_string()))?.to_bytes();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
         if !status.is_success() {
             let err = serde_json::from_slice::<RpcError>(&bytes).unwrap_or_else(|_| {
-                RpcError::new(Code::from_http_status(status.as_u16()), String::from_utf8_lossy(&bytes).into_owned())
+                RpcError::new(
+                    Code::from_http_status(status.as_u16()),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                )
             });
             return Err(err.into());
         }
-        serde_json::from_slice(&bytes).map_err(|e| RpcError::internal(format!("malformed response from envd: {e}")).into())
+        serde_json::from_slice(&bytes)
+            .map_err(|e| RpcError::internal(format!("malformed response from envd: {e}")).into())
     }
 
     /// A server-streaming Connect call.
-    pub async fn stream<Req: Serialize>(&self, path: &str, req: &Req, user: Option<&str>, keepalive_secs: Option<u64>) -> Result<MessageStream, ClientError> {
+    pub async fn stream<Req: Serialize>(
+        &self,
+        path: &str,
+        req: &Req,
+        user: Option<&str>,
+        keepalive_secs: Option<u64>,
+    ) -> Result<MessageStream, ClientError> {
         let json = serde_json::to_vec(req).map_err(|e| ClientError::Http(e.to_string()))?;
-        let mut request = Self::request(path, cella_proto::CONTENT_TYPE_STREAM, user, cella_proto::Envelope::encode(0, &json))?;
+        let mut request = Self::request(
+            path,
+            cella_proto::CONTENT_TYPE_STREAM,
+            user,
+            cella_proto::Envelope::encode(0, &json),
+        )?;
         if let Some(k) = keepalive_secs
             && let Ok(v) = k.to_string().parse()
         {
@@ -106,22 +161,47 @@ impl EnvdClient {
         let resp = self.send(request).await?;
         let status = resp.status();
         if !status.is_success() {
-            let bytes = resp.into_body().collect().await.map_err(|e| ClientError::Http(e.to_string()))?.to_bytes();
-            let err = serde_json::from_slice::<RpcError>(&bytes)
-                .unwrap_or_else(|_| RpcError::new(Code::from_http_status(status.as_u16()), String::from_utf8_lossy(&bytes).into_owned()));
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| ClientError::Http(e.to_string()))?
+                .to_bytes();
+            let err = serde_json::from_slice::<RpcError>(&bytes).unwrap_or_else(|_| {
+                RpcError::new(
+                    Code::from_http_status(status.as_u16()),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                )
+            });
             return Err(err.into());
         }
-        Ok(MessageStream { body: resp.into_body(), decoder: EnvelopeDecoder::new(), ended: false })
+        Ok(MessageStream {
+            body: resp.into_body(),
+            decoder: EnvelopeDecoder::new(),
+            ended: false,
+        })
     }
 
     /// Starts a process and returns its event stream (the first event is `start`).
-    pub async fn start(&self, req: &StartRequest, user: Option<&str>) -> Result<ProcessStream, ClientError> {
-        Ok(ProcessStream(self.stream("/process.Process/Start", req, user, None).await?))
+    pub async fn start(
+        &self,
+        req: &StartRequest,
+        user: Option<&str>,
+    ) -> Result<ProcessStream, ClientError> {
+        Ok(ProcessStream(
+            self.stream("/process.Process/Start", req, user, None)
+                .await?,
+        ))
     }
 
     /// Whether the agent answers `/health`.
     pub async fn healthy(&self) -> bool {
-        let Ok(req) = Request::get("/health").header("host", "envd").body(Full::new(Bytes::new())) else { return false };
+        let Ok(req) = Request::get("/health")
+            .header("host", "envd")
+            .body(Full::new(Bytes::new()))
+        else {
+            return false;
+        };
         matches!(self.send(req).await, Ok(r) if r.status().as_u16() == 204)
     }
 }
@@ -150,7 +230,9 @@ impl MessageStream {
                     return env.end_stream_error().map(|e| Err(e.into()));
                 }
                 Ok(Some(env)) => {
-                    return Some(serde_json::from_slice(&env.data).map_err(|e| RpcError::internal(format!("malformed message from envd: {e}")).into()));
+                    return Some(serde_json::from_slice(&env.data).map_err(|e| {
+                        RpcError::internal(format!("malformed message from envd: {e}")).into()
+                    }));
                 }
                 Ok(None) => {}
             }
@@ -178,6 +260,9 @@ pub struct ProcessStream(pub MessageStream);
 
 impl ProcessStream {
     pub async fn next(&mut self) -> Option<Result<ProcessEvent, ClientError>> {
-        self.0.next::<ProcessEventMessage>().await.map(|r| r.map(|m| m.event))
+        self.0
+            .next::<ProcessEventMessage>()
+            .await
+            .map(|r| r.map(|m| m.event))
     }
 }

@@ -44,7 +44,10 @@ pub struct SandboxManager {
 impl SandboxManager {
     /// Creates the manager and starts its deadline reaper (call inside a tokio runtime).
     pub fn new(backend: Arc<dyn Backend>) -> Arc<Self> {
-        let mgr = Arc::new(SandboxManager { backend, sandboxes: RwLock::new(HashMap::new()) });
+        let mgr = Arc::new(SandboxManager {
+            backend,
+            sandboxes: RwLock::new(HashMap::new()),
+        });
         let weak = Arc::downgrade(&mgr);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -72,7 +75,12 @@ impl SandboxManager {
     /// Kills sandboxes past their end time and forgets ended ones.
     async fn reap(&self) {
         let now = SystemTime::now();
-        let due: Vec<Arc<Sandbox>> = self.map().values().filter(|s| s.end_at().is_some_and(|e| e <= now) || s.has_ended()).cloned().collect();
+        let due: Vec<Arc<Sandbox>> = self
+            .map()
+            .values()
+            .filter(|s| s.end_at().is_some_and(|e| e <= now) || s.has_ended())
+            .cloned()
+            .collect();
         for sb in due {
             if !sb.has_ended() {
                 tracing::info!(sandbox = %sb.id, "end time reached: killing sandbox");
@@ -82,21 +90,42 @@ impl SandboxManager {
         }
     }
 
-    fn register(&self, id: String, spec: SandboxSpec, instance: Instance, started_at: SystemTime, end_at: Option<SystemTime>, paused: bool) -> Arc<Sandbox> {
+    fn register(
+        &self,
+        id: String,
+        spec: SandboxSpec,
+        instance: Instance,
+        started_at: SystemTime,
+        end_at: Option<SystemTime>,
+        paused: bool,
+    ) -> Arc<Sandbox> {
         let envd = match &instance.transport {
             Transport::Unix(p) => EnvdClient::unix(p.clone()),
         };
-        let sb = Arc::new(Sandbox { id: id.clone(), spec, instance, envd, started_at, end_at: Mutex::new(end_at), paused: Mutex::new(paused) });
+        let sb = Arc::new(Sandbox {
+            id: id.clone(),
+            spec,
+            instance,
+            envd,
+            started_at,
+            end_at: Mutex::new(end_at),
+            paused: Mutex::new(paused),
+        });
         self.map_mut().insert(id, sb.clone());
         sb
     }
 
     /// Creates a sandbox with a new id.
     pub async fn create(&self, spec: SandboxSpec) -> Result<Arc<Sandbox>, SandboxError> {
-        self.create_with_id(cella_proto::ids::new_sandbox_id(), spec).await
+        self.create_with_id(cella_proto::ids::new_sandbox_id(), spec)
+            .await
     }
 
-    pub async fn create_with_id(&self, id: String, spec: SandboxSpec) -> Result<Arc<Sandbox>, SandboxError> {
+    pub async fn create_with_id(
+        &self,
+        id: String,
+        spec: SandboxSpec,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
         let instance = self.backend.create(&id, &spec).await?;
         let now = SystemTime::now();
         let end = spec.lifetime.map(|l| now + l);
@@ -104,24 +133,44 @@ impl SandboxManager {
     }
 
     /// Adopts a sandbox that survived a restart, from the state its backend recorded.
-    pub fn adopt(&self, id: &str, spec: SandboxSpec, state: &serde_json::Value, started_at: SystemTime, end_at: Option<SystemTime>, paused: bool) -> Option<Arc<Sandbox>> {
+    pub fn adopt(
+        &self,
+        id: &str,
+        spec: SandboxSpec,
+        state: &serde_json::Value,
+        started_at: SystemTime,
+        end_at: Option<SystemTime>,
+        paused: bool,
+    ) -> Option<Arc<Sandbox>> {
         let instance = self.backend.reattach(id, state)?;
         Some(self.register(id.to_string(), spec, instance, started_at, end_at, paused))
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>, SandboxError> {
-        self.map().get(id).filter(|s| !s.has_ended()).cloned().ok_or_else(|| SandboxError::NotFound(id.to_string()))
+        self.map()
+            .get(id)
+            .filter(|s| !s.has_ended())
+            .cloned()
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))
     }
 
     pub fn list(&self) -> Vec<Arc<Sandbox>> {
-        let mut v: Vec<Arc<Sandbox>> = self.map().values().filter(|s| !s.has_ended()).cloned().collect();
+        let mut v: Vec<Arc<Sandbox>> = self
+            .map()
+            .values()
+            .filter(|s| !s.has_ended())
+            .cloned()
+            .collect();
         v.sort_by_key(|s| s.started_at);
         v
     }
 
     /// Destroys a sandbox and waits until it is gone.
     pub async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        let sb = self.map_mut().remove(id).ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+        let sb = self
+            .map_mut()
+            .remove(id)
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
         self.backend.kill(&sb.instance).await
     }
 

@@ -21,7 +21,12 @@ pub struct Limits {
 impl Limits {
     /// The defaults `cella exec` and the server apply: 512 MiB, 1 CPU, 256 processes, 1 GiB.
     pub fn standard() -> Self {
-        Limits { memory_bytes: Some(512 << 20), cpus: Some(1.0), pids: Some(256), disk_bytes: Some(1 << 30) }
+        Limits {
+            memory_bytes: Some(512 << 20),
+            cpus: Some(1.0),
+            pids: Some(256),
+            disk_bytes: Some(1 << 30),
+        }
     }
 }
 
@@ -39,7 +44,9 @@ impl std::str::FromStr for Network {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "none" => Ok(Network::None),
-            other => Err(format!("unknown network mode {other:?}: supported modes are: none")),
+            other => Err(format!(
+                "unknown network mode {other:?}: supported modes are: none"
+            )),
         }
     }
 }
@@ -82,16 +89,24 @@ impl Default for SandboxSpec {
 /// Parses sizes like `512M`, `1G`, `1.5GiB`, `4096` (bytes). Binary multiples.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("invalid size {text:?}: expected a number with an optional unit, like 512M or 1G"))?;
+    let value: f64 = num.parse().map_err(|_| {
+        format!("invalid size {text:?}: expected a number with an optional unit, like 512M or 1G")
+    })?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("invalid size unit {other:?} in {text:?}: use K, M, G or T")),
+        other => {
+            return Err(format!(
+                "invalid size unit {other:?} in {text:?}: use K, M, G or T"
+            ));
+        }
     };
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
@@ -103,15 +118,23 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Parses durations like `30s`, `500ms`, `2m`, `1h`, `1.5s`, `10` (seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("invalid duration {text:?}: expected a number with a unit, like 30s, 500ms or 2m"))?;
+    let value: f64 = num.parse().map_err(|_| {
+        format!("invalid duration {text:?}: expected a number with a unit, like 30s, 500ms or 2m")
+    })?;
     let secs = match unit.trim() {
         "" | "s" | "sec" => value,
         "ms" => value / 1000.0,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("invalid duration unit {other:?} in {text:?}: use ms, s, m or h")),
+        other => {
+            return Err(format!(
+                "invalid duration unit {other:?} in {text:?}: use ms, s, m or h"
+            ));
+        }
     };
     if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
         return Err(format!("invalid duration {text:?}"));

@@ -37,9 +37,15 @@ pub fn routes() -> Router<Envd> {
         .route("/process.Process/Update", post(update))
 }
 
-async fn start(State(envd): State<Envd>, headers: HeaderMap, StreamRequest(req): StreamRequest<StartRequest>) -> Response {
+async fn start(
+    State(envd): State<Envd>,
+    headers: HeaderMap,
+    StreamRequest(req): StreamRequest<StartRequest>,
+) -> Response {
     let result = (|| {
-        let user = envd.users.resolve(rpc::request_user(&headers)?.as_deref())?;
+        let user = envd
+            .users
+            .resolve(rpc::request_user(&headers)?.as_deref())?;
         spawn::start(&envd, &req, &user)
     })();
     let started = match result {
@@ -53,7 +59,11 @@ async fn start(State(envd): State<Envd>, headers: HeaderMap, StreamRequest(req):
     response
 }
 
-async fn connect(State(envd): State<Envd>, headers: HeaderMap, StreamRequest(req): StreamRequest<ConnectRequest>) -> Response {
+async fn connect(
+    State(envd): State<Envd>,
+    headers: HeaderMap,
+    StreamRequest(req): StreamRequest<ConnectRequest>,
+) -> Response {
     let entry = match envd.processes.find(req.process.as_ref()) {
         Ok(e) => e,
         Err(e) => return Failure(e).into_response(),
@@ -66,7 +76,11 @@ async fn connect(State(envd): State<Envd>, headers: HeaderMap, StreamRequest(req
 
 /// Streams a subscriber's events to the client, with keepalives, until the process ends or
 /// the client goes away (the process keeps running then).
-async fn forward(mut events: mpsc::Receiver<ProcessEvent>, writer: StreamWriter, keepalive: Option<Duration>) {
+async fn forward(
+    mut events: mpsc::Receiver<ProcessEvent>,
+    writer: StreamWriter,
+    keepalive: Option<Duration>,
+) {
     let period = keepalive.unwrap_or(Duration::from_secs(3600 * 24 * 365));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
@@ -97,8 +111,13 @@ async fn forward(mut events: mpsc::Receiver<ProcessEvent>, writer: StreamWriter,
     }
 }
 
-async fn list(State(envd): State<Envd>, Unary(_req): Unary<ListRequest>) -> RpcResult<ListResponse> {
-    Ok(Unary(ListResponse { processes: envd.processes.list() }))
+async fn list(
+    State(envd): State<Envd>,
+    Unary(_req): Unary<ListRequest>,
+) -> RpcResult<ListResponse> {
+    Ok(Unary(ListResponse {
+        processes: envd.processes.list(),
+    }))
 }
 
 async fn write_input(entry: &ProcessEntry, input: ProcessInput) -> Result<(), RpcError> {
@@ -107,27 +126,45 @@ async fn write_input(entry: &ProcessEntry, input: ProcessInput) -> Result<(), Rp
         (Input::Pipe(tx), ProcessInput::Stdin(data)) => {
             use tokio::io::AsyncWriteExt;
             tx.write_all(&data).await.map_err(|e| {
-                RpcError::new(Code::FailedPrecondition, format!("writing to stdin of process {}: {e}", entry.pid))
+                RpcError::new(
+                    Code::FailedPrecondition,
+                    format!("writing to stdin of process {}: {e}", entry.pid),
+                )
             })
         }
-        (Input::Pty(m), ProcessInput::Pty(data)) | (Input::Pty(m), ProcessInput::Stdin(data)) => m
-            .write_all(&data)
-            .await
-            .map_err(|e| RpcError::new(Code::FailedPrecondition, format!("writing to terminal of process {}: {e}", entry.pid))),
+        (Input::Pty(m), ProcessInput::Pty(data)) | (Input::Pty(m), ProcessInput::Stdin(data)) => {
+            m.write_all(&data).await.map_err(|e| {
+                RpcError::new(
+                    Code::FailedPrecondition,
+                    format!("writing to terminal of process {}: {e}", entry.pid),
+                )
+            })
+        }
         (Input::Pipe(_), ProcessInput::Pty(_)) => Err(RpcError::new(
             Code::FailedPrecondition,
-            format!("process {} has no terminal: send stdin input instead of pty input", entry.pid),
+            format!(
+                "process {} has no terminal: send stdin input instead of pty input",
+                entry.pid
+            ),
         )),
         (Input::None, _) => Err(RpcError::new(
             Code::FailedPrecondition,
-            format!("process {} was started without stdin (start it with stdin: true) or its stdin was closed", entry.pid),
+            format!(
+                "process {} was started without stdin (start it with stdin: true) or its stdin was closed",
+                entry.pid
+            ),
         )),
     }
 }
 
-async fn send_input(State(envd): State<Envd>, Unary(req): Unary<SendInputRequest>) -> RpcResult<Empty> {
+async fn send_input(
+    State(envd): State<Envd>,
+    Unary(req): Unary<SendInputRequest>,
+) -> RpcResult<Empty> {
     let entry = envd.processes.find(req.process.as_ref())?;
-    let input = req.input.ok_or_else(|| RpcError::invalid_argument("input is required"))?;
+    let input = req
+        .input
+        .ok_or_else(|| RpcError::invalid_argument("input is required"))?;
     write_input(&entry, input).await?;
     Ok(Unary(Empty {}))
 }
@@ -137,10 +174,15 @@ async fn stream_input(State(envd): State<Envd>, req: Request) -> Result<Unary<Em
     let mut entry = None;
     while let Some(msg) = stream.next::<StreamInputRequest>().await? {
         match msg {
-            StreamInputRequest::Start { process } => entry = Some(envd.processes.find(process.as_ref())?),
+            StreamInputRequest::Start { process } => {
+                entry = Some(envd.processes.find(process.as_ref())?)
+            }
             StreamInputRequest::Data { input } => {
                 let Some(e) = &entry else {
-                    return Err(RpcError::invalid_argument("the first message of StreamInput must be start{process}").into());
+                    return Err(RpcError::invalid_argument(
+                        "the first message of StreamInput must be start{process}",
+                    )
+                    .into());
                 };
                 if let Some(input) = input {
                     write_input(e, input).await?;
@@ -152,10 +194,16 @@ async fn stream_input(State(envd): State<Envd>, req: Request) -> Result<Unary<Em
     Ok(Unary(Empty {}))
 }
 
-async fn send_signal(State(envd): State<Envd>, Unary(req): Unary<SendSignalRequest>) -> RpcResult<Empty> {
+async fn send_signal(
+    State(envd): State<Envd>,
+    Unary(req): Unary<SendSignalRequest>,
+) -> RpcResult<Empty> {
     let entry = envd.processes.find(req.process.as_ref())?;
     let Some(signo) = req.signal.number() else {
-        return Err(RpcError::invalid_argument("signal is required: SIGNAL_SIGTERM or SIGNAL_SIGKILL").into());
+        return Err(RpcError::invalid_argument(
+            "signal is required: SIGNAL_SIGTERM or SIGNAL_SIGKILL",
+        )
+        .into());
     };
     signal_group(entry.pid, signo)?;
     Ok(Unary(Empty {}))
@@ -171,16 +219,28 @@ pub fn signal_group(pid: u32, signo: i32) -> Result<(), RpcError> {
     if rc == 0 || unsafe { libc::kill(pid, signo) } == 0 {
         return Ok(());
     }
-    Err(RpcError::new(Code::NotFound, format!("signalling process {pid}: {}", std::io::Error::last_os_error())))
+    Err(RpcError::new(
+        Code::NotFound,
+        format!(
+            "signalling process {pid}: {}",
+            std::io::Error::last_os_error()
+        ),
+    ))
 }
 
-async fn close_stdin(State(envd): State<Envd>, Unary(req): Unary<CloseStdinRequest>) -> RpcResult<Empty> {
+async fn close_stdin(
+    State(envd): State<Envd>,
+    Unary(req): Unary<CloseStdinRequest>,
+) -> RpcResult<Empty> {
     let entry = envd.processes.find(req.process.as_ref())?;
     let mut guard = entry.input.lock().await;
     match &*guard {
         Input::Pty(_) => Err(RpcError::new(
             Code::FailedPrecondition,
-            format!("process {} uses a terminal; send EOT (Ctrl-D, 0x04) instead of closing stdin", entry.pid),
+            format!(
+                "process {} uses a terminal; send EOT (Ctrl-D, 0x04) instead of closing stdin",
+                entry.pid
+            ),
         )
         .into()),
         _ => {
@@ -196,10 +256,18 @@ async fn update(State(envd): State<Envd>, Unary(req): Unary<UpdateRequest>) -> R
         return Ok(Unary(Empty {}));
     };
     let Some(master) = &entry.pty else {
-        return Err(RpcError::new(Code::FailedPrecondition, format!("process {} has no terminal to resize", entry.pid)).into());
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("process {} has no terminal to resize", entry.pid),
+        )
+        .into());
     };
-    let cols = u16::try_from(size.cols).map_err(|_| RpcError::invalid_argument("cols out of range"))?;
-    let rows = u16::try_from(size.rows).map_err(|_| RpcError::invalid_argument("rows out of range"))?;
-    master.resize(cols, rows).map_err(|e| RpcError::internal(format!("resizing terminal: {e}")))?;
+    let cols =
+        u16::try_from(size.cols).map_err(|_| RpcError::invalid_argument("cols out of range"))?;
+    let rows =
+        u16::try_from(size.rows).map_err(|_| RpcError::invalid_argument("rows out of range"))?;
+    master
+        .resize(cols, rows)
+        .map_err(|e| RpcError::internal(format!("resizing terminal: {e}")))?;
     Ok(Unary(Empty {}))
 }

@@ -15,11 +15,22 @@ pub struct PtyMaster {
 pub fn open(cols: u16, rows: u16) -> io::Result<(PtyMaster, OwnedFd)> {
     let mut master = -1;
     let mut slave = -1;
-    let size = libc::winsize { ws_row: rows.max(1), ws_col: cols.max(1), ws_xpixel: 0, ws_ypixel: 0 };
+    let size = libc::winsize {
+        ws_row: rows.max(1),
+        ws_col: cols.max(1),
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: openpty writes two fds into the provided ints; name and termios may be null and
     // `size` is a valid winsize.
     let rc = unsafe {
-        libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size)
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
@@ -30,8 +41,9 @@ pub fn open(cols: u16, rows: u16) -> io::Result<(PtyMaster, OwnedFd)> {
     set_cloexec(&slave)?;
     // SAFETY: `master` is an OwnedFd, so it stays open and keeps its descriptor number for as
     // long as the AsyncFd owns it.
-    let fd = unsafe { AsyncFd::register_with_interest(master, Interest::READABLE | Interest::WRITABLE) }
-        .map_err(io::Error::from)?;
+    let fd =
+        unsafe { AsyncFd::register_with_interest(master, Interest::READABLE | Interest::WRITABLE) }
+            .map_err(io::Error::from)?;
     Ok((PtyMaster { fd }, slave))
 }
 
@@ -48,7 +60,9 @@ fn set_cloexec_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: fcntl on a valid fd we own.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
     // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+    if flags < 0
+        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -80,7 +94,11 @@ impl PtyMaster {
                 let n = unsafe {
                     libc::write(fd.get_ref().as_raw_fd(), data.as_ptr().cast(), data.len())
                 };
-                if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
             }) {
                 Ok(Ok(n)) => data = &data[n..],
                 Ok(Err(e)) => return Err(e),
@@ -92,7 +110,12 @@ impl PtyMaster {
 
     /// Changes the terminal size (the foreground process gets SIGWINCH).
     pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
-        let size = libc::winsize { ws_row: rows.max(1), ws_col: cols.max(1), ws_xpixel: 0, ws_ypixel: 0 };
+        let size = libc::winsize {
+            ws_row: rows.max(1),
+            ws_col: cols.max(1),
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCSWINSZ reads a winsize from a valid pointer.
         if unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
             return Err(io::Error::last_os_error());

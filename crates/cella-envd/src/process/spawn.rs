@@ -41,7 +41,13 @@ struct Pumps {
 
 /// The environment a process starts with: defaults for the user, the sandbox's variables, then
 /// the request's.
-fn environment(envd: &Envd, user: &User, cwd: &Path, request: &BTreeMap<String, String>, pty: bool) -> BTreeMap<String, String> {
+fn environment(
+    envd: &Envd,
+    user: &User,
+    cwd: &Path,
+    request: &BTreeMap<String, String>,
+    pty: bool,
+) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
     env.insert("HOME".to_string(), user.home.display().to_string());
@@ -62,12 +68,22 @@ fn resolve_cwd(envd: &Envd, user: &User, requested: Option<&str>) -> Result<Path
     let cwd = match requested.filter(|c| !c.is_empty()) {
         Some(c) if Path::new(c).is_absolute() => PathBuf::from(c),
         Some(c) => user.home.join(c),
-        None => envd.config.default_workdir.clone().unwrap_or_else(|| user.home.clone()),
+        None => envd
+            .config
+            .default_workdir
+            .clone()
+            .unwrap_or_else(|| user.home.clone()),
     };
     match std::fs::metadata(&cwd) {
         Ok(m) if m.is_dir() => Ok(cwd),
-        Ok(_) => Err(RpcError::invalid_argument(format!("cwd {} is not a directory", cwd.display()))),
-        Err(e) => Err(RpcError::invalid_argument(format!("cwd {} is not usable: {e}", cwd.display()))),
+        Ok(_) => Err(RpcError::invalid_argument(format!(
+            "cwd {} is not a directory",
+            cwd.display()
+        ))),
+        Err(e) => Err(RpcError::invalid_argument(format!(
+            "cwd {} is not usable: {e}",
+            cwd.display()
+        ))),
     }
 }
 
@@ -88,23 +104,33 @@ pub fn start(envd: &Envd, req: &StartRequest, user: &User) -> Result<Started, Rp
         return Err(RpcError::invalid_argument("start request has no process"));
     };
     if config.cmd.is_empty() {
-        return Err(RpcError::invalid_argument("process.cmd is empty: name the program to run"));
+        return Err(RpcError::invalid_argument(
+            "process.cmd is empty: name the program to run",
+        ));
     }
     if config.cmd.contains('\0') || config.args.iter().any(|a| a.contains('\0')) {
-        return Err(RpcError::invalid_argument("process.cmd and args must not contain NUL bytes"));
+        return Err(RpcError::invalid_argument(
+            "process.cmd and args must not contain NUL bytes",
+        ));
     }
     validate_envs(&config.envs)?;
     if let Some(tag) = &req.tag
         && envd.processes.tag_in_use(tag)
     {
-        return Err(RpcError::new(Code::AlreadyExists, format!("a running process already has tag {tag:?}")));
+        return Err(RpcError::new(
+            Code::AlreadyExists,
+            format!("a running process already has tag {tag:?}"),
+        ));
     }
     let cwd = resolve_cwd(envd, user, config.cwd.as_deref())?;
     let use_pty = req.pty.is_some();
     let env = environment(envd, user, &cwd, &config.envs, use_pty);
 
     let mut cmd = Command::new(&config.cmd);
-    cmd.args(&config.args).env_clear().envs(&env).current_dir(&cwd);
+    cmd.args(&config.args)
+        .env_clear()
+        .envs(&env)
+        .current_dir(&cwd);
     if envd.users.can_switch() && user.uid != current_uid() {
         cmd.uid(user.uid).gid(user.gid);
     }
@@ -115,8 +141,13 @@ pub fn start(envd: &Envd, req: &StartRequest, user: &User) -> Result<Started, Rp
         let size = p.size.unwrap_or_default();
         let (master, slave) = pty::open(clamp16(size.cols, 80), clamp16(size.rows, 24))
             .map_err(|e| RpcError::internal(format!("allocating a pseudo-terminal: {e}")))?;
-        let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| RpcError::internal(format!("duplicating the terminal: {e}")));
-        cmd.stdin(Stdio::from(dup(&slave)?)).stdout(Stdio::from(dup(&slave)?)).stderr(Stdio::from(slave));
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| RpcError::internal(format!("duplicating the terminal: {e}")))
+        };
+        cmd.stdin(Stdio::from(dup(&slave)?))
+            .stdout(Stdio::from(dup(&slave)?))
+            .stderr(Stdio::from(slave));
         // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
         // functions (setsid, ioctl).
         unsafe {
@@ -130,7 +161,11 @@ pub fn start(envd: &Envd, req: &StartRequest, user: &User) -> Result<Started, Rp
         pty_master = Some(Arc::new(master));
     } else {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        cmd.stdin(if req.stdin == Some(true) { Stdio::piped() } else { Stdio::null() });
+        cmd.stdin(if req.stdin == Some(true) {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         // SAFETY: setsid is async-signal-safe; it makes the process a group leader so signals
         // can reach its whole group.
         unsafe {
@@ -154,9 +189,24 @@ pub fn start(envd: &Envd, req: &StartRequest, user: &User) -> Result<Started, Rp
     let mut stdout = None;
     let mut stderr = None;
     if pty_master.is_none() {
-        stdout = child.stdout.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose().map_err(io_internal)?;
-        stderr = child.stderr.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose().map_err(io_internal)?;
-        stdin_sender = child.stdin.take().map(|s| pipe::Sender::from_owned_fd(OwnedFd::from(s))).transpose().map_err(io_internal)?;
+        stdout = child
+            .stdout
+            .take()
+            .map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s)))
+            .transpose()
+            .map_err(io_internal)?;
+        stderr = child
+            .stderr
+            .take()
+            .map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s)))
+            .transpose()
+            .map_err(io_internal)?;
+        stdin_sender = child
+            .stdin
+            .take()
+            .map(|s| pipe::Sender::from_owned_fd(OwnedFd::from(s)))
+            .transpose()
+            .map_err(io_internal)?;
     }
     // Drop the std handle without waiting: the reaper owns this child's exit.
     drop(child);
@@ -166,8 +216,22 @@ pub fn start(envd: &Envd, req: &StartRequest, user: &User) -> Result<Started, Rp
         (None, Some(s)) => Input::Pipe(s),
         (None, None) => Input::None,
     };
-    let entry = Arc::new(ProcessEntry::new(pid, req.tag.clone(), config, input, pty_master.clone()));
-    Ok(Started { entry, pumps: Pumps { stdout, stderr, pty: pty_master, exit } })
+    let entry = Arc::new(ProcessEntry::new(
+        pid,
+        req.tag.clone(),
+        config,
+        input,
+        pty_master.clone(),
+    ));
+    Ok(Started {
+        entry,
+        pumps: Pumps {
+            stdout,
+            stderr,
+            pty: pty_master,
+            exit,
+        },
+    })
 }
 
 fn io_internal(e: std::io::Error) -> RpcError {
@@ -184,7 +248,11 @@ fn spawn_error(cmd: &str, e: &std::io::Error) -> RpcError {
 }
 
 fn clamp16(v: u32, default: u16) -> u16 {
-    if v == 0 { default } else { u16::try_from(v).unwrap_or(u16::MAX) }
+    if v == 0 {
+        default
+    } else {
+        u16::try_from(v).unwrap_or(u16::MAX)
+    }
 }
 
 fn current_uid() -> u32 {
@@ -215,7 +283,10 @@ impl Started {
             let end = match status {
                 Ok(ExitStatus::Exited(code)) => EndEvent::exited(code),
                 Ok(ExitStatus::Signaled(sig)) => EndEvent::signaled(sig),
-                Err(_) => EndEvent { error: Some("exit status lost".into()), ..EndEvent::signaled(9) },
+                Err(_) => EndEvent {
+                    error: Some("exit status lost".into()),
+                    ..EndEvent::signaled(9)
+                },
             };
             envd.processes.remove(entry.pid);
             entry.finish(end).await;
@@ -256,7 +327,11 @@ async fn pump_pipe(
     }
 }
 
-async fn pump_pty(master: Option<Arc<PtyMaster>>, entry: &ProcessEntry, mut done: watch::Receiver<bool>) {
+async fn pump_pty(
+    master: Option<Arc<PtyMaster>>,
+    entry: &ProcessEntry,
+    mut done: watch::Receiver<bool>,
+) {
     let Some(master) = master else { return };
     let mut buf = vec![0u8; CHUNK];
     loop {

@@ -56,7 +56,11 @@ impl ProcessEntry {
     }
 
     pub fn info(&self) -> ProcessInfo {
-        ProcessInfo { config: Some(self.config.clone()), pid: self.pid, tag: self.tag.clone() }
+        ProcessInfo {
+            config: Some(self.config.clone()),
+            pid: self.pid,
+            tag: self.tag.clone(),
+        }
     }
 
     /// Adds a subscriber whose first event is `start{pid}`.
@@ -117,14 +121,21 @@ impl ProcessTable {
 
     pub fn find(&self, selector: Option<&ProcessSelector>) -> Result<Arc<ProcessEntry>, RpcError> {
         let Some(selector) = selector else {
-            return Err(RpcError::invalid_argument("process selector (pid or tag) is required"));
+            return Err(RpcError::invalid_argument(
+                "process selector (pid or tag) is required",
+            ));
         };
         let procs = self.lock();
         let found = match selector {
             ProcessSelector::Pid(pid) => procs.get(pid).cloned(),
-            ProcessSelector::Tag(tag) => procs.values().find(|p| p.tag.as_deref() == Some(tag)).cloned(),
+            ProcessSelector::Tag(tag) => procs
+                .values()
+                .find(|p| p.tag.as_deref() == Some(tag))
+                .cloned(),
         };
-        found.ok_or_else(|| RpcError::not_found(format!("{selector} not found (it may have exited)")))
+        found.ok_or_else(|| {
+            RpcError::not_found(format!("{selector} not found (it may have exited)"))
+        })
     }
 
     pub fn list(&self) -> Vec<ProcessInfo> {

@@ -46,7 +46,14 @@ fn own_cgroups() -> Vec<(Vec<String>, String)> {
             let _id = parts.next()?;
             let ctrls = parts.next()?;
             let path = parts.next()?;
-            Some((ctrls.split(',').filter(|c| !c.is_empty()).map(String::from).collect(), path.to_string()))
+            Some((
+                ctrls
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect(),
+                path.to_string(),
+            ))
         })
         .collect()
 }
@@ -57,7 +64,9 @@ impl CgroupSupport {
         let mut v2_root = None;
         let mut v1 = Vec::new();
         for line in mountinfo().lines() {
-            let Some((pre, post)) = line.split_once(" - ") else { continue };
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
             let mount_point = pre.split_whitespace().nth(4).unwrap_or("");
             let mut post = post.split_whitespace();
             let fstype = post.next().unwrap_or("");
@@ -80,12 +89,19 @@ impl CgroupSupport {
             .and_then(|r| std::fs::read_to_string(r.join("cgroup.controllers")).ok())
             .map(|s| s.split_whitespace().map(String::from).collect())
             .unwrap_or_default();
-        CgroupSupport { v2_root, v2_controllers, v1_controllers: v1 }
+        CgroupSupport {
+            v2_root,
+            v2_controllers,
+            v1_controllers: v1,
+        }
     }
 
     /// Whether v2 has the controllers sandboxes need.
     pub fn v2_usable(&self) -> bool {
-        self.v2_root.is_some() && ["memory", "pids"].iter().all(|c| self.v2_controllers.iter().any(|x| x == c))
+        self.v2_root.is_some()
+            && ["memory", "pids"]
+                .iter()
+                .all(|c| self.v2_controllers.iter().any(|x| x == c))
     }
 
     /// One line for `cella doctor`.
@@ -93,8 +109,16 @@ impl CgroupSupport {
         if self.v2_usable() {
             format!("cgroup v2 ({})", self.v2_controllers.join(" "))
         } else if !self.v1_controllers.is_empty() {
-            let names: Vec<&str> = self.v1_controllers.iter().map(|(c, _)| c.as_str()).collect();
-            let v2 = if self.v2_controllers.is_empty() { "none".to_string() } else { self.v2_controllers.join(" ") };
+            let names: Vec<&str> = self
+                .v1_controllers
+                .iter()
+                .map(|(c, _)| c.as_str())
+                .collect();
+            let v2 = if self.v2_controllers.is_empty() {
+                "none".to_string()
+            } else {
+                self.v2_controllers.join(" ")
+            };
             format!("cgroup v1 ({}); v2 controllers: {v2}", names.join(" "))
         } else {
             "no usable cgroup controllers".to_string()
@@ -103,8 +127,12 @@ impl CgroupSupport {
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
-    std::fs::write(dir.join(file), value)
-        .map_err(|e| io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}", dir.join(file).display())))
+    std::fs::write(dir.join(file), value).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("writing {value:?} to {}: {e}", dir.join(file).display()),
+        )
+    })
 }
 
 impl CgroupPaths {
@@ -116,9 +144,16 @@ impl CgroupPaths {
         let mut paths = CgroupPaths::default();
         let own = own_cgroups();
         if support.v2_usable() {
-            let base = own.iter().find(|(c, _)| c.is_empty()).map(|(_, p)| p.clone()).unwrap_or_default();
+            let base = own
+                .iter()
+                .find(|(c, _)| c.is_empty())
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
             let root = support.v2_root.clone().unwrap_or_default();
-            let dir = root.join(base.trim_start_matches('/')).join("cella").join(id);
+            let dir = root
+                .join(base.trim_start_matches('/'))
+                .join("cella")
+                .join(id);
             match std::fs::create_dir_all(&dir) {
                 Ok(()) => {
                     let mut apply = |file: &str, v: String, what: &str| {
@@ -134,20 +169,37 @@ impl CgroupPaths {
                         apply("pids.max", p.to_string(), "pids");
                     }
                     if let Some(c) = limits.cpus {
-                        apply("cpu.max", format!("{} {CPU_PERIOD_US}", (c * CPU_PERIOD_US as f64) as u64), "cpu");
+                        apply(
+                            "cpu.max",
+                            format!("{} {CPU_PERIOD_US}", (c * CPU_PERIOD_US as f64) as u64),
+                            "cpu",
+                        );
                     }
                     paths.v2 = Some(dir);
                 }
-                Err(e) => warnings.push(format!("memory, pids and cpu limits not enforced: cannot create cgroup {}: {e}", dir.display())),
+                Err(e) => warnings.push(format!(
+                    "memory, pids and cpu limits not enforced: cannot create cgroup {}: {e}",
+                    dir.display()
+                )),
             }
             return (paths, warnings);
         }
         for (ctrl, mount) in &support.v1_controllers {
-            let base = own.iter().find(|(c, _)| c.contains(ctrl)).map(|(_, p)| p.clone()).unwrap_or_default();
-            let dir = mount.join(base.trim_start_matches('/')).join("cella").join(id);
+            let base = own
+                .iter()
+                .find(|(c, _)| c.contains(ctrl))
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            let dir = mount
+                .join(base.trim_start_matches('/'))
+                .join("cella")
+                .join(id);
             if let Err(e) = std::fs::create_dir_all(&dir) {
                 if limit_requested(ctrl, limits) {
-                    warnings.push(format!("{ctrl} limit not enforced: cannot create cgroup {}: {e}", dir.display()));
+                    warnings.push(format!(
+                        "{ctrl} limit not enforced: cannot create cgroup {}: {e}",
+                        dir.display()
+                    ));
                 }
                 continue;
             }
@@ -159,10 +211,17 @@ impl CgroupPaths {
                         Ok(())
                     })
                 }),
-                "pids" => limits.pids.map_or(Ok(()), |p| write(&dir, "pids.max", &p.to_string())),
+                "pids" => limits
+                    .pids
+                    .map_or(Ok(()), |p| write(&dir, "pids.max", &p.to_string())),
                 "cpu" => limits.cpus.map_or(Ok(()), |c| {
-                    write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())
-                        .and_then(|()| write(&dir, "cpu.cfs_quota_us", &((c * CPU_PERIOD_US as f64) as u64).to_string()))
+                    write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string()).and_then(|()| {
+                        write(
+                            &dir,
+                            "cpu.cfs_quota_us",
+                            &((c * CPU_PERIOD_US as f64) as u64).to_string(),
+                        )
+                    })
                 }),
                 _ => Ok(()),
             };
@@ -172,25 +231,48 @@ impl CgroupPaths {
             paths.v1.push((ctrl.clone(), dir));
         }
         for ctrl in ["memory", "pids", "cpu"] {
-            if limit_requested(ctrl, limits) && !paths.v1.iter().any(|(c, _)| c == ctrl) && !warnings.iter().any(|w| w.starts_with(ctrl)) {
-                warnings.push(format!("{ctrl} limit not enforced: no {ctrl} cgroup controller is available"));
+            if limit_requested(ctrl, limits)
+                && !paths.v1.iter().any(|(c, _)| c == ctrl)
+                && !warnings.iter().any(|w| w.starts_with(ctrl))
+            {
+                warnings.push(format!(
+                    "{ctrl} limit not enforced: no {ctrl} cgroup controller is available"
+                ));
             }
         }
         (paths, warnings)
     }
 
     fn dirs(&self) -> Vec<&Path> {
-        self.v2.iter().map(PathBuf::as_path).chain(self.v1.iter().map(|(_, p)| p.as_path())).collect()
+        self.v2
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.v1.iter().map(|(_, p)| p.as_path()))
+            .collect()
     }
 
     fn v1_dir(&self, ctrl: &str) -> Option<&Path> {
-        self.v1.iter().find(|(c, _)| c == ctrl).map(|(_, p)| p.as_path())
+        self.v1
+            .iter()
+            .find(|(c, _)| c == ctrl)
+            .map(|(_, p)| p.as_path())
     }
 
     /// Moves the calling process into every cgroup of the sandbox.
     pub fn enter(&self) -> io::Result<()> {
         for dir in self.dirs() {
             write(dir, "cgroup.procs", "0")?;
+        }
+        Ok(())
+    }
+
+    /// Moves the calling process back to the cgroups the sandbox's were created under (the
+    /// helper does this after its child inherited the sandbox's cgroups, so they can be removed).
+    pub fn leave(&self) -> io::Result<()> {
+        for dir in self.dirs() {
+            if let Some(origin) = dir.parent().and_then(Path::parent) {
+                write(origin, "cgroup.procs", "0")?;
+            }
         }
         Ok(())
     }
@@ -205,17 +287,32 @@ impl CgroupPaths {
         if let Some(dir) = &self.v2 {
             return write(dir, "cgroup.freeze", if frozen { "1" } else { "0" });
         }
-        let dir = self.v1_dir("freezer").ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "no freezer cgroup controller on this host"))?;
-        write(dir, "freezer.state", if frozen { "FROZEN" } else { "THAWED" })?;
+        let dir = self.v1_dir("freezer").ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no freezer cgroup controller on this host",
+            )
+        })?;
+        write(
+            dir,
+            "freezer.state",
+            if frozen { "FROZEN" } else { "THAWED" },
+        )?;
         // FREEZING is transient; wait until the state settles.
         let want = if frozen { "FROZEN" } else { "THAWED" };
         for _ in 0..200 {
-            if std::fs::read_to_string(dir.join("freezer.state")).map(|s| s.trim() == want).unwrap_or(false) {
+            if std::fs::read_to_string(dir.join("freezer.state"))
+                .map(|s| s.trim() == want)
+                .unwrap_or(false)
+            {
                 return Ok(());
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        Err(io::Error::new(io::ErrorKind::TimedOut, format!("cgroup {} did not reach {want}", dir.display())))
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("cgroup {} did not reach {want}", dir.display()),
+        ))
     }
 
     /// Number of OOM kills so far.
@@ -228,24 +325,40 @@ impl CgroupPaths {
         std::fs::read_to_string(dir.join(file))
             .unwrap_or_default()
             .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|v| v.trim().parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
             .unwrap_or(0)
     }
 
     /// (CPU time used in nanoseconds, memory in use in bytes).
     pub fn usage(&self) -> (u64, u64) {
-        let read_u64 = |p: PathBuf| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let read_u64 = |p: PathBuf| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
         if let Some(d) = &self.v2 {
             let cpu = std::fs::read_to_string(d.join("cpu.stat"))
                 .unwrap_or_default()
                 .lines()
-                .find_map(|l| l.strip_prefix("usage_usec ").and_then(|v| v.trim().parse::<u64>().ok()))
+                .find_map(|l| {
+                    l.strip_prefix("usage_usec ")
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
                 .unwrap_or(0)
                 * 1000;
             return (cpu, read_u64(d.join("memory.current")).unwrap_or(0));
         }
-        let cpu = self.v1_dir("cpuacct").and_then(|d| read_u64(d.join("cpuacct.usage"))).unwrap_or(0);
-        let mem = self.v1_dir("memory").and_then(|d| read_u64(d.join("memory.usage_in_bytes"))).unwrap_or(0);
+        let cpu = self
+            .v1_dir("cpuacct")
+            .and_then(|d| read_u64(d.join("cpuacct.usage")))
+            .unwrap_or(0);
+        let mem = self
+            .v1_dir("memory")
+            .and_then(|d| read_u64(d.join("memory.usage_in_bytes")))
+            .unwrap_or(0);
         (cpu, mem)
     }
 

@@ -102,11 +102,19 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     let _ = std::fs::remove_file(dir.join("envd.sock"));
     let _ = std::fs::remove_dir(dir.join("root"));
     let _ = std::fs::remove_dir_all(&dir);
-    sys::exit_now(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) });
+    sys::exit_now(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    });
 }
 
 fn fail(error: String) -> Result<(InitReport, i32, CgroupPaths, PathBuf), InitReport> {
-    Err(InitReport { ok: false, error: Some(error), ..Default::default() })
+    Err(InitReport {
+        ok: false,
+        error: Some(error),
+        ..Default::default()
+    })
 }
 
 fn emit(report: &InitReport) {
@@ -124,8 +132,15 @@ fn emit(report: &InitReport) {
 
 type Built = (InitReport, i32, CgroupPaths, PathBuf);
 
-fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result<Built, InitReport> {
-    let err = |e: String| InitReport { ok: false, error: Some(e), ..Default::default() };
+fn build(
+    req: &InitRequest,
+    guest: fn(UnixListener, GuestConfig) -> !,
+) -> Result<Built, InitReport> {
+    let err = |e: String| InitReport {
+        ok: false,
+        error: Some(e),
+        ..Default::default()
+    };
     let rootless = sys::geteuid() != 0;
     let mut warnings = Vec::new();
     if !cella_proto::ids::is_valid_sandbox_id(&req.id) {
@@ -136,7 +151,10 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     // uid, so directories on the way are traversable (0711) but not listable.
     let root = req.dir.join("root");
     std::fs::create_dir_all(&root).map_err(|e| err(format!("creating {}: {e}", root.display())))?;
-    for d in [req.dir.parent().unwrap_or(Path::new("/")), req.dir.as_path()] {
+    for d in [
+        req.dir.parent().unwrap_or(Path::new("/")),
+        req.dir.as_path(),
+    ] {
         let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
     }
     let _ = std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755));
@@ -144,12 +162,15 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     let (cgroup, cg_warnings) = CgroupPaths::create(&req.id, &req.limits);
     warnings.extend(cg_warnings);
     if let Err(e) = cgroup.enter() {
-        warnings.push(format!("resource limits not enforced: joining the sandbox cgroup failed: {e}"));
+        warnings.push(format!(
+            "resource limits not enforced: joining the sandbox cgroup failed: {e}"
+        ));
     }
 
     let socket = req.dir.join("envd.sock");
     let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket).map_err(|e| err(format!("binding {}: {e}", socket.display())))?;
+    let listener = UnixListener::bind(&socket)
+        .map_err(|e| err(format!("binding {}: {e}", socket.display())))?;
     let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -158,13 +179,15 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
         .map_err(|e| err(format!("creating the sandbox log: {e}")))?;
 
     let workspace_tree = match (&req.workdir, rootless) {
-        (Some(dir), false) => match idmap_workdir(dir, req.id_base) {
-            Ok(tree) => Some(tree),
-            Err(e) => {
-                warnings.push(format!("work directory bound without id mapping ({e}); files there keep host ownership"));
-                None
+        (Some(dir), false) => {
+            match idmap_workdir(dir, req.id_base) {
+                Ok(tree) => Some(tree),
+                Err(e) => {
+                    warnings.push(format!("work directory bound without id mapping ({e}); files there keep host ownership"));
+                    None
+                }
             }
-        },
+        }
         _ => None,
     };
 
@@ -182,7 +205,14 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     if pid == 0 {
         drop(go_w);
         drop(ready_r);
-        let ctx = ChildContext { req, rootless, listener: &listener, log: &log, ready: &ready_w, workspace: workspace_tree.as_ref() };
+        let ctx = ChildContext {
+            req,
+            rootless,
+            listener: &listener,
+            log: &log,
+            ready: &ready_w,
+            workspace: workspace_tree.as_ref(),
+        };
         match child_setup(&ctx, go_r) {
             Ok(child_warnings) => {
                 let msg = serde_json::json!({ "ok": true, "warnings": child_warnings }).to_string();
@@ -202,6 +232,13 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     drop(go_r);
     drop(ready_w);
     drop(listener);
+    // The child inherited the sandbox's cgroups; the helper leaves them so they empty when the
+    // sandbox ends.
+    if let Err(e) = cgroup.leave() {
+        warnings.push(format!(
+            "the helper could not leave the sandbox cgroup: {e}"
+        ));
+    }
     drop(workspace_tree);
 
     let kill_child = |e: String| {
@@ -212,7 +249,8 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     };
     write_id_maps(pid, rootless, req.id_base).map_err(&kill_child)?;
     let mut go = std::fs::File::from(go_w);
-    go.write_all(b"g").map_err(|e| kill_child(format!("starting the sandbox: {e}")))?;
+    go.write_all(b"g")
+        .map_err(|e| kill_child(format!("starting the sandbox: {e}")))?;
     drop(go);
 
     let mut answer = String::new();
@@ -221,23 +259,37 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
         serde_json::json!({ "ok": false, "error": "the sandbox exited during set-up without saying why" })
     });
     if answer["ok"] != serde_json::Value::Bool(true) {
-        let msg = answer["error"].as_str().unwrap_or("unknown set-up failure").to_string();
+        let msg = answer["error"]
+            .as_str()
+            .unwrap_or("unknown set-up failure")
+            .to_string();
         return Err(kill_child(format!("sandbox set-up failed: {msg}")));
     }
     if let Some(ws) = answer["warnings"].as_array() {
         warnings.extend(ws.iter().filter_map(|w| w.as_str().map(String::from)));
     }
     if rootless {
-        warnings.push("rootless: only user \"user\" exists in the sandbox (no subordinate id range)".into());
+        warnings.push(
+            "rootless: only user \"user\" exists in the sandbox (no subordinate id range)".into(),
+        );
     }
-    let report = InitReport { ok: true, error: None, pid, socket, cgroup: cgroup.clone(), warnings, rootless };
+    let report = InitReport {
+        ok: true,
+        error: None,
+        pid,
+        socket,
+        cgroup: cgroup.clone(),
+        warnings,
+        rootless,
+    };
     Ok((report, pid, cgroup, req.dir.clone()))
 }
 
 fn write_id_maps(pid: i32, rootless: bool, base: u32) -> Result<(), String> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     let write = |file: &str, content: String| {
-        std::fs::write(proc_dir.join(file), &content).map_err(|e| format!("writing {file} ({}) of the sandbox: {e}", content.trim()))
+        std::fs::write(proc_dir.join(file), &content)
+            .map_err(|e| format!("writing {file} ({}) of the sandbox: {e}", content.trim()))
     };
     if rootless {
         write("uid_map", format!("{USER_ID} {} 1\n", sys::geteuid()))?;
@@ -254,14 +306,19 @@ fn write_id_maps(pid: i32, rootless: bool, base: u32) -> Result<(), String> {
 /// sandbox's `user`, so it can work there read-write.
 fn idmap_workdir(dir: &Path, base: u32) -> Result<OwnedFd, String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(dir).map_err(|e| format!("work directory {}: {e}", dir.display()))?;
+    let meta =
+        std::fs::metadata(dir).map_err(|e| format!("work directory {}: {e}", dir.display()))?;
     if !meta.is_dir() {
-        return Err(format!("work directory {} is not a directory", dir.display()));
+        return Err(format!(
+            "work directory {} is not a directory",
+            dir.display()
+        ));
     }
     // A throwaway user namespace that maps the owner's ids to the sandbox user's host ids.
     let (go_r, go_w) = sys::pipe().map_err(|e| e.to_string())?;
     // SAFETY: the helper is single-threaded.
-    let holder = unsafe { sys::clone_into_namespaces(libc::CLONE_NEWUSER) }.map_err(|e| e.to_string())?;
+    let holder =
+        unsafe { sys::clone_into_namespaces(libc::CLONE_NEWUSER) }.map_err(|e| e.to_string())?;
     if holder == 0 {
         drop(go_w);
         let mut b = [0u8; 1];
@@ -271,9 +328,18 @@ fn idmap_workdir(dir: &Path, base: u32) -> Result<OwnedFd, String> {
     drop(go_r);
     let result = (|| {
         let proc_dir = PathBuf::from(format!("/proc/{holder}"));
-        std::fs::write(proc_dir.join("uid_map"), format!("{} {} 1\n", meta.uid(), base + USER_ID)).map_err(|e| format!("uid map: {e}"))?;
-        std::fs::write(proc_dir.join("gid_map"), format!("{} {} 1\n", meta.gid(), base + USER_ID)).map_err(|e| format!("gid map: {e}"))?;
-        let ns = std::fs::File::open(proc_dir.join("ns/user")).map_err(|e| format!("user namespace: {e}"))?;
+        std::fs::write(
+            proc_dir.join("uid_map"),
+            format!("{} {} 1\n", meta.uid(), base + USER_ID),
+        )
+        .map_err(|e| format!("uid map: {e}"))?;
+        std::fs::write(
+            proc_dir.join("gid_map"),
+            format!("{} {} 1\n", meta.gid(), base + USER_ID),
+        )
+        .map_err(|e| format!("gid map: {e}"))?;
+        let ns = std::fs::File::open(proc_dir.join("ns/user"))
+            .map_err(|e| format!("user namespace: {e}"))?;
         sys::idmapped_tree(dir, &OwnedFd::from(ns)).map_err(|e| e.to_string())
     })();
     drop(go_w);
@@ -293,14 +359,23 @@ struct ChildContext<'a> {
 /// Everything the sandbox's init does before it becomes envd.
 fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, String> {
     let mut b = [0u8; 1];
-    let n = std::fs::File::from(go).read(&mut b).map_err(|e| e.to_string())?;
+    let n = std::fs::File::from(go)
+        .read(&mut b)
+        .map_err(|e| e.to_string())?;
     if n != 1 {
         return Err("the helper went away before the id maps were written".into());
     }
     if !ctx.rootless {
         sys::become_id(0, 0, true).map_err(|e| e.to_string())?;
     }
-    sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None).map_err(|e| e.to_string())?;
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
     let root = ctx.req.dir.join("root");
     let workspace = match (ctx.workspace, &ctx.req.workdir) {
         (Some(tree), _) => Some(Workspace::Idmapped(tree)),
@@ -334,12 +409,17 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
 
     match landlock::restrict() {
         Ok(landlock::Enforcement::Full) => {}
-        Ok(landlock::Enforcement::Partial) => warnings.push("landlock only partially enforced by this kernel".into()),
-        Ok(landlock::Enforcement::None) => warnings.push("landlock not enforced: the kernel does not support it".into()),
+        Ok(landlock::Enforcement::Partial) => {
+            warnings.push("landlock only partially enforced by this kernel".into())
+        }
+        Ok(landlock::Enforcement::None) => {
+            warnings.push("landlock not enforced: the kernel does not support it".into())
+        }
         Err(e) => warnings.push(format!("landlock not enforced: {e}")),
     }
     sys::drop_bounding_set(sys::last_cap()).map_err(|e| e.to_string())?;
-    sys::limit_capabilities(if ctx.rootless { &[] } else { ENVD_CAPS }).map_err(|e| e.to_string())?;
+    sys::limit_capabilities(if ctx.rootless { &[] } else { ENVD_CAPS })
+        .map_err(|e| e.to_string())?;
     sys::set_no_new_privs().map_err(|e| e.to_string())?;
     seccomp::install()?;
     sys::set_dumpable(false).map_err(|e| e.to_string())?;

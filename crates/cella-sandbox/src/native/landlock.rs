@@ -2,10 +2,24 @@
 //! anywhere in their own root, but write only where the sandbox is meant to be writable; they
 //! may not signal or reach abstract sockets outside their domain.
 
-use landlock::{ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules};
+use landlock::{
+    ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    path_beneath_rules,
+};
 
 /// Directories (inside the sandbox) that stay writable.
-pub const WRITABLE: &[&str] = &["/home", "/tmp", "/root", "/run", "/var/tmp", "/dev", "/proc", "/workspace", "/opt", "/mnt"];
+pub const WRITABLE: &[&str] = &[
+    "/home",
+    "/tmp",
+    "/root",
+    "/run",
+    "/var/tmp",
+    "/dev",
+    "/proc",
+    "/workspace",
+    "/opt",
+    "/mnt",
+];
 
 /// How much of the policy the kernel enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +32,11 @@ pub enum Enforcement {
 /// Restricts the calling thread (and its future children). Call after `pivot_root`.
 pub fn restrict() -> Result<Enforcement, String> {
     let abi = ABI::V6;
-    let writable: Vec<&str> = WRITABLE.iter().copied().filter(|p| std::path::Path::new(p).exists()).collect();
+    let writable: Vec<&str> = WRITABLE
+        .iter()
+        .copied()
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect();
     let status = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
         .and_then(|r| r.scope(Scope::from_all(abi)))
@@ -39,6 +57,13 @@ pub fn abi_version() -> i64 {
     const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
     // SAFETY: with a null attribute pointer, size 0 and the VERSION flag, landlock_create_ruleset
     // only returns the ABI version and touches no memory.
-    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION) };
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
     v.max(0)
 }

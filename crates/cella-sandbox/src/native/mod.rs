@@ -41,23 +41,34 @@ impl NativeConfig {
     /// Defaults: `/run/cella` and `/var/lib/cella` as root, per-user directories otherwise.
     pub fn with_helper(helper: PathBuf) -> Self {
         let root = sys::geteuid() == 0;
-        let run_dir = std::env::var_os("CELLA_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            if root {
-                PathBuf::from("/run/cella")
-            } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-                PathBuf::from(x).join("cella")
-            } else {
-                PathBuf::from(format!("/tmp/cella-{}", sys::geteuid()))
-            }
-        });
-        let data_dir = std::env::var_os("CELLA_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            if root {
-                PathBuf::from("/var/lib/cella")
-            } else {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/cella")).unwrap_or_else(|| PathBuf::from("/tmp/cella-data"))
-            }
-        });
-        NativeConfig { helper, run_dir, data_dir, id_base: 1_000_000 }
+        let run_dir = std::env::var_os("CELLA_RUN_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                if root {
+                    PathBuf::from("/run/cella")
+                } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+                    PathBuf::from(x).join("cella")
+                } else {
+                    PathBuf::from(format!("/tmp/cella-{}", sys::geteuid()))
+                }
+            });
+        let data_dir = std::env::var_os("CELLA_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                if root {
+                    PathBuf::from("/var/lib/cella")
+                } else {
+                    std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(".local/share/cella"))
+                        .unwrap_or_else(|| PathBuf::from("/tmp/cella-data"))
+                }
+            });
+        NativeConfig {
+            helper,
+            run_dir,
+            data_dir,
+            id_base: 1_000_000,
+        }
     }
 }
 
@@ -80,8 +91,14 @@ impl NativeBackend {
     /// Prepares the base template's `/etc` (once per data directory) and the run directory.
     pub fn new(config: NativeConfig) -> Result<Self, SandboxError> {
         let etc = config.data_dir.join("templates/base/etc");
-        rootfs::prepare_etc(&etc).map_err(|source| SandboxError::Io { what: format!("preparing the base template in {}", etc.display()), source })?;
-        std::fs::create_dir_all(&config.run_dir).map_err(|source| SandboxError::Io { what: format!("creating {}", config.run_dir.display()), source })?;
+        rootfs::prepare_etc(&etc).map_err(|source| SandboxError::Io {
+            what: format!("preparing the base template in {}", etc.display()),
+            source,
+        })?;
+        std::fs::create_dir_all(&config.run_dir).map_err(|source| SandboxError::Io {
+            what: format!("creating {}", config.run_dir.display()),
+            source,
+        })?;
         Ok(NativeBackend { config, etc })
     }
 
@@ -90,10 +107,14 @@ impl NativeBackend {
     }
 
     fn state(instance: &Instance) -> Result<NativeState, SandboxError> {
-        serde_json::from_value(instance.state.clone()).map_err(|e| SandboxError::Create(format!("corrupt native sandbox state: {e}")))
+        serde_json::from_value(instance.state.clone())
+            .map_err(|e| SandboxError::Create(format!("corrupt native sandbox state: {e}")))
     }
 
-    async fn spawn_helper(&self, req: &InitRequest) -> Result<(tokio::process::Child, InitReport), SandboxError> {
+    async fn spawn_helper(
+        &self,
+        req: &InitRequest,
+    ) -> Result<(tokio::process::Child, InitReport), SandboxError> {
         let mut child = tokio::process::Command::new(&self.config.helper)
             .arg(HELPER_SUBCOMMAND)
             .env_clear()
@@ -102,16 +123,40 @@ impl NativeBackend {
             .stderr(Stdio::inherit())
             .kill_on_drop(false)
             .spawn()
-            .map_err(|source| SandboxError::Io { what: format!("starting the sandbox helper {}", self.config.helper.display()), source })?;
+            .map_err(|source| SandboxError::Io {
+                what: format!(
+                    "starting the sandbox helper {}",
+                    self.config.helper.display()
+                ),
+                source,
+            })?;
         let payload = serde_json::to_vec(req).map_err(|e| SandboxError::Create(e.to_string()))?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(&payload).await.map_err(|source| SandboxError::Io { what: "sending the sandbox request".into(), source })?;
+            stdin
+                .write_all(&payload)
+                .await
+                .map_err(|source| SandboxError::Io {
+                    what: "sending the sandbox request".into(),
+                    source,
+                })?;
         }
-        let stdout = child.stdout.take().ok_or_else(|| SandboxError::Create("the helper has no stdout".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| SandboxError::Create("the helper has no stdout".into()))?;
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).await.map_err(|source| SandboxError::Io { what: "reading the helper's report".into(), source })?;
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .await
+            .map_err(|source| SandboxError::Io {
+                what: "reading the helper's report".into(),
+                source,
+            })?;
         let report: InitReport = serde_json::from_str(&line).map_err(|_| {
-            SandboxError::Create(format!("the sandbox helper failed without a report (is {} a cella binary?)", self.config.helper.display()))
+            SandboxError::Create(format!(
+                "the sandbox helper failed without a report (is {} a cella binary?)",
+                self.config.helper.display()
+            ))
         })?;
         Ok((child, report))
     }
@@ -126,13 +171,23 @@ impl Backend for NativeBackend {
         vec!["base".to_string()]
     }
 
-    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> BoxFuture<'a, Result<Instance, SandboxError>> {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        spec: &'a SandboxSpec,
+    ) -> BoxFuture<'a, Result<Instance, SandboxError>> {
         Box::pin(async move {
             if spec.template != "base" {
-                return Err(SandboxError::UnknownTemplate { name: spec.template.clone(), known: self.templates().join(", ") });
+                return Err(SandboxError::UnknownTemplate {
+                    name: spec.template.clone(),
+                    known: self.templates().join(", "),
+                });
             }
             let workdir = match &spec.workdir {
-                Some(w) => Some(std::fs::canonicalize(w).map_err(|source| SandboxError::Io { what: format!("work directory {}", w.display()), source })?),
+                Some(w) => Some(std::fs::canonicalize(w).map_err(|source| SandboxError::Io {
+                    what: format!("work directory {}", w.display()),
+                    source,
+                })?),
                 None => None,
             };
             let dir = self.config.run_dir.join(id);
@@ -153,14 +208,22 @@ impl Backend for NativeBackend {
             if !report.ok {
                 let _ = child.wait().await;
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(SandboxError::Create(report.error.unwrap_or_else(|| "unknown failure".into())));
+                return Err(SandboxError::Create(
+                    report.error.unwrap_or_else(|| "unknown failure".into()),
+                ));
             }
             let (tx, rx) = watch::channel(false);
             tokio::spawn(async move {
                 let _ = child.wait().await;
                 let _ = tx.send(true);
             });
-            let state = NativeState { helper_pid: -1, init_pid: report.pid, dir, cgroup: report.cgroup, rootless: report.rootless };
+            let state = NativeState {
+                helper_pid: -1,
+                init_pid: report.pid,
+                dir,
+                cgroup: report.cgroup,
+                rootless: report.rootless,
+            };
             Ok(Instance {
                 id: id.to_string(),
                 transport: Transport::Unix(report.socket),
@@ -189,20 +252,40 @@ impl Backend for NativeBackend {
         if !state.cgroup.can_freeze() {
             return Err(SandboxError::Unsupported("pause needs the cgroup freezer, which this host does not offer to cella (run as root)".into()));
         }
-        state.cgroup.set_frozen(true).map_err(|source| SandboxError::Io { what: "freezing the sandbox".into(), source })
+        state
+            .cgroup
+            .set_frozen(true)
+            .map_err(|source| SandboxError::Io {
+                what: "freezing the sandbox".into(),
+                source,
+            })
     }
 
     fn resume(&self, instance: &Instance) -> Result<(), SandboxError> {
         let state = Self::state(instance)?;
-        state.cgroup.set_frozen(false).map_err(|source| SandboxError::Io { what: "thawing the sandbox".into(), source })
+        state
+            .cgroup
+            .set_frozen(false)
+            .map_err(|source| SandboxError::Io {
+                what: "thawing the sandbox".into(),
+                source,
+            })
     }
 
     fn usage(&self, instance: &Instance) -> Usage {
-        Self::state(instance).map(|s| s.cgroup.usage()).map(|(cpu_ns, memory_bytes)| Usage { cpu_ns, memory_bytes }).unwrap_or_default()
+        Self::state(instance)
+            .map(|s| s.cgroup.usage())
+            .map(|(cpu_ns, memory_bytes)| Usage {
+                cpu_ns,
+                memory_bytes,
+            })
+            .unwrap_or_default()
     }
 
     fn oom_kills(&self, instance: &Instance) -> u64 {
-        Self::state(instance).map(|s| s.cgroup.oom_kills()).unwrap_or(0)
+        Self::state(instance)
+            .map(|s| s.cgroup.oom_kills())
+            .unwrap_or(0)
     }
 
     fn reattach(&self, id: &str, state: &serde_json::Value) -> Option<Instance> {
@@ -219,14 +302,22 @@ impl Backend for NativeBackend {
             }
             let _ = tx.send(true);
         });
-        Some(Instance { id: id.to_string(), transport: Transport::Unix(socket), state: state.clone(), warnings: vec![], ended: rx })
+        Some(Instance {
+            id: id.to_string(),
+            transport: Transport::Unix(socket),
+            state: state.clone(),
+            warnings: vec![],
+            ended: rx,
+        })
     }
 }
 
 fn pid_alive(pid: i32) -> bool {
     // Signal 0 probes existence; a zombie (exited, not reaped) does not count as alive.
     sys::kill(pid, 0).is_ok()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
 }
 
 /// Whether `path` looks like a usable helper binary.

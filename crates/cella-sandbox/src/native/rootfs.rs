@@ -14,10 +14,37 @@ use super::sys;
 /// Host `/etc` entries copied into the template's `/etc` (nothing secret: no shadow, keys or
 /// host names).
 const ETC_COPIED: &[&str] = &[
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates", "ca-certificates.conf",
-    "profile", "profile.d", "bash.bashrc", "inputrc", "mime.types", "protocols", "services", "localtime",
-    "timezone", "os-release", "debian_version", "python3", "python3.11", "fonts", "terminfo", "environment",
-    "login.defs", "magic", "mailcap", "gai.conf", "host.conf", "manpath.config", "subversion", "gitconfig",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "inputrc",
+    "mime.types",
+    "protocols",
+    "services",
+    "localtime",
+    "timezone",
+    "os-release",
+    "debian_version",
+    "python3",
+    "python3.11",
+    "fonts",
+    "terminfo",
+    "environment",
+    "login.defs",
+    "magic",
+    "mailcap",
+    "gai.conf",
+    "host.conf",
+    "manpath.config",
+    "subversion",
+    "gitconfig",
 ];
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
@@ -30,7 +57,9 @@ pub fn prepare_etc(dir: &Path) -> io::Result<()> {
     if dir.join("passwd").exists() {
         return Ok(());
     }
-    let parent = dir.parent().ok_or_else(|| io::Error::other("template etc has no parent"))?;
+    let parent = dir
+        .parent()
+        .ok_or_else(|| io::Error::other("template etc has no parent"))?;
     std::fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(".etc.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -44,9 +73,17 @@ pub fn prepare_etc(dir: &Path) -> io::Result<()> {
     std::fs::write(tmp.join("passwd"), PASSWD)?;
     std::fs::write(tmp.join("group"), GROUP)?;
     std::fs::write(tmp.join("hostname"), format!("{HOSTNAME}\n"))?;
-    std::fs::write(tmp.join("hosts"), format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"))?;
+    std::fs::write(
+        tmp.join("hosts"),
+        format!(
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"
+        ),
+    )?;
     std::fs::write(tmp.join("resolv.conf"), "# no network by default\n")?;
-    std::fs::write(tmp.join("nsswitch.conf"), "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n")?;
+    std::fs::write(
+        tmp.join("nsswitch.conf"),
+        "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+    )?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     match std::fs::rename(&tmp, dir) {
         Ok(()) => Ok(()),
@@ -55,7 +92,10 @@ pub fn prepare_etc(dir: &Path) -> io::Result<()> {
             let _ = std::fs::remove_dir_all(&tmp);
             Ok(())
         }
-        Err(e) => Err(io::Error::new(e.kind(), format!("installing template etc at {}: {e}", dir.display()))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("installing template etc at {}: {e}", dir.display()),
+        )),
     }
 }
 
@@ -66,8 +106,13 @@ fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
         symlink(std::fs::read_link(src)?, dst)?;
     } else if meta.is_dir() {
         std::fs::create_dir_all(dst)?;
-        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.permissions().mode() & 0o755))?;
-        let Ok(entries) = std::fs::read_dir(src) else { return Ok(()) };
+        std::fs::set_permissions(
+            dst,
+            std::fs::Permissions::from_mode(meta.permissions().mode() & 0o755),
+        )?;
+        let Ok(entries) = std::fs::read_dir(src) else {
+            return Ok(());
+        };
         for entry in entries.flatten() {
             let _ = copy_tree(&entry.path(), &dst.join(entry.file_name()));
         }
@@ -96,12 +141,14 @@ pub enum Workspace<'a> {
 }
 
 fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
-    std::fs::create_dir_all(p).map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))?;
+    std::fs::create_dir_all(p)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))?;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    std::os::unix::fs::chown(p, Some(uid), Some(gid)).map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
+    std::os::unix::fs::chown(p, Some(uid), Some(gid))
+        .map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
 }
 
 /// Builds the tree under `plan.root`. Returns warnings for optional parts that failed.
@@ -109,10 +156,29 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
     let mut warnings = Vec::new();
     let root = plan.root;
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
-    let size = plan.disk_bytes.map(|b| format!(",size={b}")).unwrap_or_default();
-    sys::mount(Some("tmpfs"), root, Some("tmpfs"), nosuid_nodev, Some(&format!("mode=0755{size}")))?;
+    let size = plan
+        .disk_bytes
+        .map(|b| format!(",size={b}"))
+        .unwrap_or_default();
+    sys::mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        nosuid_nodev,
+        Some(&format!("mode=0755{size}")),
+    )?;
 
-    for (dir, mode) in [("usr", 0o755), ("etc", 0o755), ("proc", 0o555), ("sys", 0o555), ("dev", 0o755), ("run", 0o755), ("var", 0o755), ("mnt", 0o755), ("opt", 0o755)] {
+    for (dir, mode) in [
+        ("usr", 0o755),
+        ("etc", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("dev", 0o755),
+        ("run", 0o755),
+        ("var", 0o755),
+        ("mnt", 0o755),
+        ("opt", 0o755),
+    ] {
         mkdir(&root.join(dir), mode)?;
     }
     mkdir(&root.join("tmp"), 0o1777)?;
@@ -134,12 +200,28 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
     sys::bind(plan.etc, &root.join("etc"), ro | libc::MS_NOEXEC)?;
 
     build_dev(root, plan)?;
-    sys::mount(Some("proc"), &root.join("proc"), Some("proc"), nosuid_nodev | libc::MS_NOEXEC, None)?;
+    sys::mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        nosuid_nodev | libc::MS_NOEXEC,
+        None,
+    )?;
     // Kernel tunables stay read-only even where the kernel would allow a namespaced write.
-    if let Err(e) = sys::bind(&root.join("proc/sys"), &root.join("proc/sys"), ro | libc::MS_NOEXEC) {
+    if let Err(e) = sys::bind(
+        &root.join("proc/sys"),
+        &root.join("proc/sys"),
+        ro | libc::MS_NOEXEC,
+    ) {
         warnings.push(format!("/proc/sys left writable: {e}"));
     }
-    if let Err(e) = sys::mount(Some("sysfs"), &root.join("sys"), Some("sysfs"), ro | libc::MS_NOEXEC, None) {
+    if let Err(e) = sys::mount(
+        Some("sysfs"),
+        &root.join("sys"),
+        Some("sysfs"),
+        ro | libc::MS_NOEXEC,
+        None,
+    ) {
         warnings.push(format!("no /sys in the sandbox: {e}"));
     }
     if let Some(ws) = &plan.workspace {
@@ -155,20 +237,43 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
 
 fn build_dev(root: &Path, plan: &Plan<'_>) -> io::Result<()> {
     let dev = root.join("dev");
-    sys::mount(Some("tmpfs"), &dev, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("mode=0755,size=65536k"))?;
+    sys::mount(
+        Some("tmpfs"),
+        &dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=65536k"),
+    )?;
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let target = dev.join(node);
-        std::fs::write(&target, b"").map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", target.display())))?;
-        sys::bind(&PathBuf::from("/dev").join(node), &target, libc::MS_NOSUID | libc::MS_NOEXEC)?;
+        std::fs::write(&target, b"")
+            .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", target.display())))?;
+        sys::bind(
+            &PathBuf::from("/dev").join(node),
+            &target,
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+        )?;
     }
     let pts = dev.join("pts");
     mkdir(&pts, 0o755)?;
     let gid = if plan.has_root { ",gid=5" } else { "" };
-    sys::mount(Some("devpts"), &pts, Some("devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some(&format!("newinstance,ptmxmode=0666,mode=0620{gid}")))?;
+    sys::mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(&format!("newinstance,ptmxmode=0666,mode=0620{gid}")),
+    )?;
     symlink("pts/ptmx", dev.join("ptmx"))?;
     let shm = dev.join("shm");
     mkdir(&shm, 0o1777)?;
-    sys::mount(Some("tmpfs"), &shm, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("mode=1777,size=65536k"))?;
+    sys::mount(
+        Some("tmpfs"),
+        &shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777,size=65536k"),
+    )?;
     symlink("/proc/self/fd", dev.join("fd"))?;
     symlink("/proc/self/fd/0", dev.join("stdin"))?;
     symlink("/proc/self/fd/1", dev.join("stdout"))?;

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
 /// System calls denied outright.
 pub const DENIED: &[(&str, i64)] = &[
@@ -81,14 +84,18 @@ const NAMESPACE_FLAGS: &[u64] = &[
 const DENIED_IOCTLS: &[u64] = &[0x5412 /* TIOCSTI */, 0x541C /* TIOCLINUX */];
 
 fn arch() -> Result<TargetArch, String> {
-    std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: unsupported architecture: {e:?}"))
+    std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| format!("seccomp: unsupported architecture: {e:?}"))
 }
 
 fn any_flag_rules(arg: u8, flags: &[u64]) -> Result<Vec<SeccompRule>, String> {
     flags
         .iter()
         .map(|f| {
-            let cond = SeccompCondition::new(arg, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(*f), *f).map_err(|e| e.to_string())?;
+            let cond =
+                SeccompCondition::new(arg, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(*f), *f)
+                    .map_err(|e| e.to_string())?;
             SeccompRule::new(vec![cond]).map_err(|e| e.to_string())
         })
         .collect()
@@ -96,39 +103,79 @@ fn any_flag_rules(arg: u8, flags: &[u64]) -> Result<Vec<SeccompRule>, String> {
 
 /// The main policy: returns EPERM for every denied call.
 pub fn deny_list() -> Result<BpfProgram, String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|(_, nr)| (*nr, vec![])).collect();
     rules.insert(libc::SYS_unshare, any_flag_rules(0, NAMESPACE_FLAGS)?);
     rules.insert(libc::SYS_clone, any_flag_rules(0, NAMESPACE_FLAGS)?);
     let ioctl_rules = DENIED_IOCTLS
         .iter()
         .map(|req| {
-            let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *req).map_err(|e| e.to_string())?;
+            let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *req)
+                .map_err(|e| e.to_string())?;
             SeccompRule::new(vec![cond]).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, String>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch()?)
-        .map_err(|e| format!("seccomp policy: {e}"))?;
-    filter.try_into().map_err(|e: seccompiler::BackendError| format!("compiling seccomp policy: {e}"))
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp policy: {e}"))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| format!("compiling seccomp policy: {e}"))
 }
 
 /// `clone3` passes flags in memory seccomp cannot inspect: answer ENOSYS so libc uses `clone`.
 pub fn clone3_fallback() -> Result<BpfProgram, String> {
     let rules: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
-        .map_err(|e| format!("seccomp policy: {e}"))?;
-    filter.try_into().map_err(|e: seccompiler::BackendError| format!("compiling seccomp policy: {e}"))
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp policy: {e}"))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| format!("compiling seccomp policy: {e}"))
 }
 
 /// Refuses the x32 ABI (syscall numbers with bit 30 set) on x86_64, which a deny-list keyed on
 /// x86_64 numbers would otherwise let through.
 pub fn no_x32() -> BpfProgram {
     const X32_BIT: u32 = 0x4000_0000;
-    let ld_nr = seccompiler::sock_filter { code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, jt: 0, jf: 0, k: 0 };
-    let jge = seccompiler::sock_filter { code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16, jt: 0, jf: 1, k: X32_BIT };
-    let deny = seccompiler::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32 };
-    let allow = seccompiler::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW };
-    if cfg!(target_arch = "x86_64") { vec![ld_nr, jge, deny, allow] } else { vec![allow] }
+    let ld_nr = seccompiler::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    };
+    let jge = seccompiler::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 1,
+        k: X32_BIT,
+    };
+    let deny = seccompiler::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+    };
+    let allow = seccompiler::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    };
+    if cfg!(target_arch = "x86_64") {
+        vec![ld_nr, jge, deny, allow]
+    } else {
+        vec![allow]
+    }
 }
 
 /// Installs the whole policy on the calling thread (and everything it starts later).

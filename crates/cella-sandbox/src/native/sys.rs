@@ -8,7 +8,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn cstr(p: impl AsRef<OsStr>) -> io::Result<CString> {
-    CString::new(p.as_ref().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+    CString::new(p.as_ref().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
 fn check(rc: libc::c_long, what: impl FnOnce() -> String) -> io::Result<libc::c_long> {
@@ -20,7 +21,13 @@ fn check(rc: libc::c_long, what: impl FnOnce() -> String) -> io::Result<libc::c_
 }
 
 /// `mount(2)`.
-pub fn mount(source: Option<&str>, target: &Path, fstype: Option<&str>, flags: libc::c_ulong, data: Option<&str>) -> io::Result<()> {
+pub fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
     let src = source.map(cstr).transpose()?;
     let tgt = cstr(target)?;
     let fs = fstype.map(cstr).transpose()?;
@@ -35,16 +42,30 @@ pub fn mount(source: Option<&str>, target: &Path, fstype: Option<&str>, flags: l
             dat.as_ref().map_or(std::ptr::null(), |s| s.as_ptr().cast()),
         )
     };
-    check(rc.into(), || format!("mount {} on {}", source.or(fstype).unwrap_or("none"), target.display()))?;
+    check(rc.into(), || {
+        format!(
+            "mount {} on {}",
+            source.or(fstype).unwrap_or("none"),
+            target.display()
+        )
+    })?;
     Ok(())
 }
 
 /// Bind-mounts `source` on `target`, then applies `flags` (e.g. read-only) with a remount.
 pub fn bind(source: &Path, target: &Path, flags: libc::c_ulong) -> io::Result<()> {
-    let src = source.to_str().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "non-UTF-8 path"))?;
+    let src = source
+        .to_str()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "non-UTF-8 path"))?;
     mount(Some(src), target, None, libc::MS_BIND | libc::MS_REC, None)?;
     if flags != 0 {
-        mount(None, target, None, libc::MS_REMOUNT | libc::MS_BIND | flags, None)?;
+        mount(
+            None,
+            target,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | flags,
+            None,
+        )?;
     }
     Ok(())
 }
@@ -143,11 +164,22 @@ pub fn drop_bounding_set(last: u32) -> io::Result<()> {
         // SAFETY: prctl with integer arguments only.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
         if rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return Err(io::Error::new(io::Error::last_os_error().kind(), format!("dropping capability {cap} from the bounding set")));
+            return Err(io::Error::new(
+                io::Error::last_os_error().kind(),
+                format!("dropping capability {cap} from the bounding set"),
+            ));
         }
     }
     // SAFETY: prctl with integer arguments only; clears every ambient capability.
-    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
     Ok(())
 }
 
@@ -175,7 +207,10 @@ pub fn limit_capabilities(caps: &[u32]) -> io::Result<()> {
             data[i].permitted |= bit;
         }
     }
-    let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
+    let mut hdr = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
     // SAFETY: capset reads a header and two data structs laid out as the kernel's
     // _LINUX_CAPABILITY_VERSION_3 ABI.
     let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) };
@@ -226,7 +261,10 @@ pub fn close_fds_except(keep: &[RawFd]) {
 
 /// Sets a resource limit (soft and hard).
 pub fn set_rlimit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> io::Result<()> {
-    let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
     // SAFETY: setrlimit reads a valid rlimit struct.
     let rc = unsafe { libc::setrlimit(resource, &lim) };
     check(rc.into(), || format!("setrlimit({resource})"))?;
@@ -308,11 +346,23 @@ struct MountAttr {
 pub fn idmapped_tree(path: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
     let p = cstr(path)?;
     // SAFETY: open_tree takes a valid path and flags; it returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, p.as_ptr(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+        )
+    };
     let fd = check(fd, || format!("open_tree {}", path.display()))? as RawFd;
     // SAFETY: fd is fresh and ours.
     let tree = unsafe { OwnedFd::from_raw_fd(fd) };
-    let attr = MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns.as_raw_fd() as u64 };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
     let empty = cstr("")?;
     // SAFETY: mount_setattr reads `attr` of the given size from a valid pointer.
     let rc = unsafe {
@@ -335,7 +385,14 @@ pub fn attach_tree(tree: &OwnedFd, target: &Path) -> io::Result<()> {
     let empty = cstr("")?;
     // SAFETY: move_mount with a valid descriptor and valid paths.
     let rc = unsafe {
-        libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), empty.as_ptr(), libc::AT_FDCWD, t.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH)
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
     };
     check(rc, || format!("attaching mount at {}", target.display()))?;
     Ok(())

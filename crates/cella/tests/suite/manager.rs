@@ -1,0 +1,332 @@
+//! SandboxManager and the envd protocol through a real native sandbox: lifecycle (list, pause,
+//! resume, end time, kill) and process semantics (event order, stdin, PTY, signals, background
+//! processes, Connect errors).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cella_proto::Code;
+use cella_proto::process::*;
+use cella_sandbox::native::{NativeBackend, NativeConfig};
+use cella_sandbox::{ClientError, EnvdClient, SandboxManager, SandboxSpec};
+
+use crate::require_root;
+
+fn manager() -> Arc<SandboxManager> {
+    let backend = NativeBackend::new(NativeConfig::with_helper(
+        env!("CARGO_BIN_EXE_cella").into(),
+    ))
+    .expect("backend");
+    SandboxManager::new(Arc::new(backend))
+}
+
+fn start(cmd: &str, args: &[&str]) -> StartRequest {
+    StartRequest {
+        process: Some(ProcessConfig {
+            cmd: cmd.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Collects a process's events until the end.
+async fn run_to_end(client: &EnvdClient, req: &StartRequest) -> Vec<ProcessEvent> {
+    let mut s = client.start(req, None).await.expect("start");
+    let mut events = vec![];
+    while let Some(ev) = s.next().await {
+        let ev = ev.expect("event");
+        let end = matches!(ev, ProcessEvent::End(_));
+        events.push(ev);
+        if end {
+            break;
+        }
+    }
+    events
+}
+
+fn output(events: &[ProcessEvent]) -> (String, String, Option<EndEvent>) {
+    let (mut out, mut err, mut end) = (String::new(), String::new(), None);
+    for ev in events {
+        match ev {
+            ProcessEvent::Data(ProcessOutput::Stdout(b))
+            | ProcessEvent::Data(ProcessOutput::Pty(b)) => {
+                out.push_str(&String::from_utf8_lossy(b))
+            }
+            ProcessEvent::Data(ProcessOutput::Stderr(b)) => {
+                err.push_str(&String::from_utf8_lossy(b))
+            }
+            ProcessEvent::End(e) => end = Some(e.clone()),
+            _ => {}
+        }
+    }
+    (out, err, end)
+}
+
+#[tokio::test]
+async fn events_come_in_order_start_data_end() {
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    let events = run_to_end(
+        &sb.envd,
+        &start("/bin/bash", &["-c", "echo a; echo b >&2; exit 3"]),
+    )
+    .await;
+    assert!(
+        matches!(events.first(), Some(ProcessEvent::Start { pid }) if *pid > 1),
+        "{events:?}"
+    );
+    let (out, err, end) = output(&events);
+    assert_eq!((out.as_str(), err.as_str()), ("a\n", "b\n"));
+    let end = end.expect("end");
+    assert_eq!(
+        (end.exit_code, end.exited, end.status.as_str()),
+        (3, true, "exit status 3")
+    );
+    assert!(matches!(events.last(), Some(ProcessEvent::End(_))));
+    mgr.kill(&sb.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn stdin_signals_and_background_processes() {
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    let c = &sb.envd;
+    // A background process with stdin, addressed by tag, fed through SendInput.
+    let mut req = start("/bin/cat", &[]);
+    req.stdin = Some(true);
+    req.tag = Some("cat".into());
+    let mut stream = c.start(&req, None).await.expect("start");
+    let pid = match stream.next().await {
+        Some(Ok(ProcessEvent::Start { pid })) => pid,
+        other => panic!("{other:?}"),
+    };
+    let list: ListResponse = c
+        .unary("/process.Process/List", &ListRequest {}, None)
+        .await
+        .expect("list");
+    assert!(
+        list.processes
+            .iter()
+            .any(|p| p.pid == pid && p.tag.as_deref() == Some("cat")),
+        "{list:?}"
+    );
+    let input = SendInputRequest {
+        process: Some(ProcessSelector::Tag("cat".into())),
+        input: Some(ProcessInput::Stdin("ping\n".into())),
+    };
+    let _: Empty = c
+        .unary("/process.Process/SendInput", &input, None)
+        .await
+        .expect("send input");
+    match stream.next().await {
+        Some(Ok(ProcessEvent::Data(ProcessOutput::Stdout(b)))) => assert_eq!(&b[..], b"ping\n"),
+        other => panic!("{other:?}"),
+    }
+    // A second client attaches with Connect and sees the end too.
+    let mut attached = c
+        .stream(
+            "/process.Process/Connect",
+            &ConnectRequest {
+                process: Some(ProcessSelector::Pid(pid)),
+            },
+            None,
+            None,
+        )
+        .await
+        .expect("connect");
+    let first: ProcessEventMessage = attached.next().await.expect("event").expect("ok");
+    assert_eq!(first.event, ProcessEvent::Start { pid });
+    let _: Empty = c
+        .unary(
+            "/process.Process/SendSignal",
+            &SendSignalRequest {
+                process: Some(ProcessSelector::Pid(pid)),
+                signal: Signal::Sigterm,
+            },
+            None,
+        )
+        .await
+        .expect("signal");
+    let mut end = None;
+    while let Some(Ok(ev)) = stream.next().await {
+        if let ProcessEvent::End(e) = ev {
+            end = Some(e);
+            break;
+        }
+    }
+    let end = end.expect("end");
+    assert_eq!(
+        (end.exit_code, end.exited, end.status.as_str()),
+        (-1, false, "signal: terminated")
+    );
+    // Errors carry Connect codes.
+    let err = c
+        .unary::<_, Empty>("/process.Process/SendInput", &input, None)
+        .await
+        .expect_err("gone");
+    assert_eq!(err.code(), Code::NotFound, "{err}");
+    let err = c
+        .start(&start("/no/such/binary", &[]), None)
+        .await
+        .err()
+        .expect("not found");
+    assert_eq!(err.code(), Code::NotFound);
+    let err = c
+        .start(&StartRequest::default(), None)
+        .await
+        .err()
+        .expect("invalid");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = c
+        .start(&start("/bin/true", &[]), Some("mallory"))
+        .await
+        .err()
+        .expect("bad user");
+    assert!(
+        matches!(err, ClientError::Rpc(ref e) if e.code == Code::Unauthenticated),
+        "{err}"
+    );
+    mgr.kill(&sb.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn pty_sessions_resize_and_echo() {
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    let c = &sb.envd;
+    let mut req = start("/bin/bash", &["-c", "stty size; read line; echo got:$line"]);
+    req.pty = Some(Pty {
+        size: Some(PtySize {
+            cols: 100,
+            rows: 30,
+        }),
+    });
+    let mut stream = c.start(&req, None).await.expect("start");
+    let Some(Ok(ProcessEvent::Start { pid })) = stream.next().await else {
+        panic!("no start")
+    };
+    let mut seen = String::new();
+    while !seen.contains("30 100") {
+        match stream.next().await {
+            Some(Ok(ProcessEvent::Data(ProcessOutput::Pty(b)))) => {
+                seen.push_str(&String::from_utf8_lossy(&b))
+            }
+            other => panic!("{other:?} after {seen:?}"),
+        }
+    }
+    let _: Empty = c
+        .unary(
+            "/process.Process/Update",
+            &UpdateRequest {
+                process: Some(ProcessSelector::Pid(pid)),
+                pty: Some(Pty {
+                    size: Some(PtySize { cols: 50, rows: 10 }),
+                }),
+            },
+            None,
+        )
+        .await
+        .expect("resize");
+    let input = SendInputRequest {
+        process: Some(ProcessSelector::Pid(pid)),
+        input: Some(ProcessInput::Pty("hello\r".into())),
+    };
+    let _: Empty = c
+        .unary("/process.Process/SendInput", &input, None)
+        .await
+        .expect("input");
+    let mut end = None;
+    while let Some(Ok(ev)) = stream.next().await {
+        match ev {
+            ProcessEvent::Data(ProcessOutput::Pty(b)) => {
+                seen.push_str(&String::from_utf8_lossy(&b))
+            }
+            ProcessEvent::End(e) => {
+                end = Some(e);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(seen.contains("got:hello"), "{seen:?}");
+    assert_eq!(end.expect("end").exit_code, 0);
+    // Resizing a pipe process is refused clearly.
+    let mut s2 = c
+        .start(&start("/bin/sleep", &["5"]), None)
+        .await
+        .expect("start");
+    let Some(Ok(ProcessEvent::Start { pid })) = s2.next().await else {
+        panic!()
+    };
+    let err = c
+        .unary::<_, Empty>(
+            "/process.Process/Update",
+            &UpdateRequest {
+                process: Some(ProcessSelector::Pid(pid)),
+                pty: Some(Pty {
+                    size: Some(PtySize { cols: 1, rows: 1 }),
+                }),
+            },
+            None,
+        )
+        .await
+        .expect_err("no pty");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    mgr.kill(&sb.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn lifecycle_list_pause_resume_end_time_kill() {
+    require_root!();
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    assert!(mgr.list().iter().any(|s| s.id == sb.id));
+    // A counter that advances while running and stops while paused.
+    let mut req = start(
+        "/bin/bash",
+        &[
+            "-c",
+            "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done",
+        ],
+    );
+    req.tag = Some("counter".into());
+    let _stream = sb.envd.start(&req, None).await.expect("start");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    mgr.pause(&sb.id).expect("pause");
+    assert!(matches!(
+        mgr.pause(&sb.id),
+        Err(cella_sandbox::SandboxError::Paused(_))
+    ));
+    let read = || {
+        std::fs::read_to_string(format!(
+            "/proc/{}/root/tmp/n",
+            sb.instance.state["init_pid"].as_i64().unwrap_or(0)
+        ))
+    };
+    let a = read().expect("read counter");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = read().expect("read counter");
+    assert_eq!(a, b, "processes kept running while paused");
+    mgr.resume(&sb.id).expect("resume");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = read().expect("read counter");
+    assert_ne!(
+        b, c,
+        "processes did not continue after resume (files and processes must survive pause)"
+    );
+    // End time: the manager kills it at the deadline.
+    mgr.set_end(&sb.id, Some(SystemTime::now() + Duration::from_millis(300)))
+        .expect("set end");
+    let mut ended = sb.instance.ended.clone();
+    tokio::time::timeout(Duration::from_secs(3), ended.wait_for(|e| *e))
+        .await
+        .expect("killed at end time")
+        .expect("watch");
+    assert!(mgr.get(&sb.id).is_err());
+    // Its host files and cgroups are gone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dir = sb.instance.state["dir"].as_str().expect("dir");
+    assert!(!std::path::Path::new(dir).exists(), "{dir} left behind");
+}

@@ -1,0 +1,4 @@
+mod escape;
+mod exec;
+mod manager;
+mod support;
