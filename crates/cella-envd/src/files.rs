@@ -163,13 +163,24 @@ async fn serve_download(
     let gzip = accepts_gzip(headers)?;
     let shown = path.clone();
     let (file, len) = run_as(envd, user, move |_| {
-        let file = File::open(&path).map_err(|e| io_error("download", &path, &e))?;
+        // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| io_error("download", &path, &e))?;
         let meta = file
             .metadata()
             .map_err(|e| io_error("download", &path, &e))?;
         if meta.is_dir() {
             return Err(RpcError::invalid_argument(format!(
                 "download {}: is a directory",
+                path.display()
+            )));
+        }
+        if !meta.is_file() {
+            return Err(RpcError::invalid_argument(format!(
+                "download {}: not a regular file (a device, FIFO or socket)",
                 path.display()
             )));
         }

@@ -438,7 +438,9 @@ async fn get_watcher_events(
 ) -> RpcResult<GetWatcherEventsResponse> {
     let watcher = envd.watchers.get(&req.watcher_id)?;
     let mut buffer = watcher.buffer.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(failure) = &buffer.failure {
+    if buffer.events.is_empty()
+        && let Some(failure) = &buffer.failure
+    {
         return Err(failure.clone().into());
     }
     let events = std::mem::take(&mut buffer.events);

@@ -71,7 +71,8 @@ pub enum Sink {
 #[derive(Debug, Default)]
 pub struct PollBuffer {
     pub events: Vec<FilesystemEvent>,
-    /// Set once the watch failed (overflow, watch limit); reported on every poll.
+    /// Set once the watch failed (overflow, watch limit, directory removed); reported by every
+    /// poll once the events before it were taken.
     pub failure: Option<RpcError>,
 }
 
@@ -387,6 +388,14 @@ impl Tree {
             }
             if mask & libc::IN_IGNORED != 0 {
                 self.dirs.remove(&wd);
+                if wd == self.root_wd {
+                    // Nothing more can arrive: end the watch instead of idling forever.
+                    out.push(Err(RpcError::not_found(format!(
+                        "watch {}: the watched directory was removed or unmounted",
+                        self.spec.root.display()
+                    ))));
+                    return out;
+                }
                 continue;
             }
             let Some(dir_rel) = self.dirs.get(&wd).cloned() else {

@@ -419,6 +419,16 @@ async fn transfer_errors_are_json_with_http_status() {
         "path is empty",
     )
     .await;
+    let fifo = h.p("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let resp = tokio::time::timeout(WAIT, h.request("GET", &files_uri(&fifo), &[], empty()))
+        .await
+        .expect("a FIFO is refused, not waited on");
+    assert_http_error(resp, 400, "not a regular file").await;
     let resp = h
         .request(
             "GET",

@@ -763,3 +763,53 @@ async fn poll_watcher_overflow_is_reported() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn watches_end_when_the_watched_directory_goes_away() {
+    let h = Harness::start().await;
+    std::fs::create_dir(h.path("streamed")).expect("mkdir");
+    std::fs::create_dir(h.path("polled")).expect("mkdir");
+    let mut stream = h
+        .server_stream(WATCH, json!({ "path": h.p("streamed") }), &[])
+        .await;
+    assert!(stream.message().await.get("start").is_some());
+    let got = h
+        .unary(CREATE_WATCHER, json!({ "path": h.p("polled") }))
+        .await;
+    let id = got.1["watcherId"].as_str().expect("watcherId").to_string();
+
+    std::fs::remove_dir(h.path("streamed")).expect("rmdir");
+    std::fs::remove_dir(h.path("polled")).expect("rmdir");
+
+    let mut seen = Vec::new();
+    collect_until(&mut stream, &mut seen, |s| has(s, "REMOVE", ".")).await;
+    let end = stream.end().await;
+    assert_eq!(end["error"]["code"], "not_found", "{end}");
+    assert!(
+        end["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("removed")
+    );
+
+    // The poll API hands out the events first, then reports the end.
+    let mut events = Vec::new();
+    poll_until(&h, &id, &mut events, "EVENT_TYPE_REMOVE", ".").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let got = h.unary(GET_EVENTS, json!({ "watcherId": id })).await;
+        if got.0 != StatusCode::OK {
+            assert_error(&got, 404, "not_found", "removed");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the poll watcher never reported its end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        h.unary(REMOVE_WATCHER, json!({ "watcherId": id })).await.0,
+        StatusCode::OK
+    );
+}
