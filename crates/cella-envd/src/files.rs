@@ -8,8 +8,15 @@
 //! status with `{"code": <status>, "message": "..."}`: 400 bad input, 401 unknown user,
 //! 403 permission denied, 404 missing, 406 unacceptable encoding, 507 no space, 500 otherwise.
 //!
-//! Not implemented: `X-Metadata-*` headers (file metadata as xattrs) are ignored, signed URLs
-//! (`signature=`) are not checked here, and downloads ignore `Range`.
+//! `?path=` names the destination of an octet-stream upload and of the first `file` part of a
+//! multipart one (the SDK sends it, and the part's filename, for single-file uploads); further
+//! parts are named by their filenames, and a second part while `?path=` is set is refused, as
+//! is the same destination twice (both 400, like envd).
+//!
+//! Not implemented: `X-Metadata-*` headers (file metadata as `user.e2b.*` xattrs) are ignored,
+//! signed URLs (`signature=`) are not checked here, downloads ignore `Range`, and gzip request
+//! bodies are accepted for octet-stream uploads only (the SDK never gzips multipart). Uploads
+//! are not fsynced before the rename.
 
 use std::fmt::Display;
 use std::fs::File;
