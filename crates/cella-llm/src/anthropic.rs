@@ -56,7 +56,9 @@ impl AnthropicClient {
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let response = self.transport.post(&self.url, body).await?;
         let provider = self.transport.provider;
-        if stream && is_event_stream(&response) {
+        // A server may stream even when not asked to (and the fake provider does): decode by
+        // what arrived, not by what was asked.
+        if is_event_stream(&response) {
             let sse = self.transport.sse_events(response);
             return Ok(ChatStream::new(
                 decode_stream(sse, EventDecoder::new(provider)),

@@ -54,14 +54,16 @@ impl OpenAiClient {
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let response = self.transport.post(&self.url, body).await?;
         let provider = self.transport.provider;
-        if stream && is_event_stream(&response) {
+        // A server may stream even when not asked to (and the fake provider does): decode by
+        // what arrived, not by what was asked.
+        if is_event_stream(&response) {
             let sse = self.transport.sse_events(response);
             return Ok(ChatStream::new(
                 decode_stream(sse, ChunkDecoder::new(provider)),
                 self.assembler(),
             ));
         }
-        // Not streamed (asked so, or a server that ignored `stream: true`).
+        // One JSON body (asked so, or a server that ignored `stream: true`).
         let body = self.transport.read_body(response).await?;
         let events = decode_response(provider, &body);
         Ok(ChatStream::from_events(events, self.assembler()))

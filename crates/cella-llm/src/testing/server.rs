@@ -106,7 +106,8 @@ impl Reply {
     }
 
     /// The SSE body split into pieces of `size` bytes (events cut mid-line, mid-JSON and
-    /// mid-UTF-8 character), each its own write.
+    /// mid-UTF-8 character), each its own write with no pause (the server yields between
+    /// writes; use [`Reply::gap`] for real pauses).
     pub fn sse_split(events: &[String], size: usize) -> Self {
         let all: Vec<u8> = events.concat().into_bytes();
         Self::sse(
@@ -114,6 +115,17 @@ impl Reply {
                 .map(Bytes::copy_from_slice)
                 .collect::<Vec<_>>(),
         )
+        .gap(Duration::ZERO)
+    }
+
+    /// Sets the pause before every chunk of a chunked body (zero: just yield to the writer).
+    pub fn gap(mut self, pause: Duration) -> Self {
+        if let ReplyBody::Chunks { chunks, .. } = &mut self.body {
+            for (gap, _) in chunks {
+                *gap = pause;
+            }
+        }
+        self
     }
 
     /// Adds a response header.
@@ -201,6 +213,8 @@ impl FakeProvider {
         let shared = Arc::clone(&script);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                // Every chunk goes out at once (no Nagle delay waiting for the client's ACK).
+                let _ = stream.set_nodelay(true);
                 let script = Arc::clone(&shared);
                 tokio::spawn(async move {
                     let service = service_fn(move |req| answer(Arc::clone(&script), req));
@@ -329,7 +343,12 @@ async fn answer(
                     .then(|chunk| async move {
                         match chunk {
                             Some((pause, bytes)) => {
-                                tokio::time::sleep(pause).await;
+                                if pause.is_zero() {
+                                    // Pending once, so hyper writes the previous chunk alone.
+                                    tokio::task::yield_now().await;
+                                } else {
+                                    tokio::time::sleep(pause).await;
+                                }
                                 Ok(Frame::data(bytes))
                             }
                             None => Err(std::io::Error::new(
