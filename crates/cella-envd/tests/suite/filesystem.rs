@@ -606,17 +606,20 @@ async fn watch_dir_errors_end_the_stream() {
     assert_eq!(stream.end().await["error"]["code"], "invalid_argument");
 }
 
-/// Threads of this process that run watches.
-fn watch_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
+/// inotify watches this process holds on `path`'s inode (from `/proc/self/fdinfo`).
+fn inotify_watches_on(path: &std::path::Path) -> usize {
+    let inode = std::fs::metadata(path).expect("stat").ino();
+    let needle = format!(" ino:{inode:x} ");
+    std::fs::read_dir("/proc/self/fdinfo")
         .map(|rd| {
             rd.flatten()
-                .filter(|t| {
-                    std::fs::read_to_string(t.path().join("comm"))
-                        .map(|c| c.trim() == "envd-watch")
-                        .unwrap_or(false)
+                .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+                .map(|info| {
+                    info.lines()
+                        .filter(|l| l.starts_with("inotify ") && l.contains(&needle))
+                        .count()
                 })
-                .count()
+                .sum()
         })
         .unwrap_or(0)
 }
@@ -624,14 +627,15 @@ fn watch_threads() -> usize {
 #[tokio::test]
 async fn watch_dir_stops_when_the_client_disconnects() {
     let h = Harness::start().await;
-    let before = watch_threads();
+    let dir = h.path("");
+    assert_eq!(inotify_watches_on(&dir), 0);
     let mut stream = h
         .server_stream(WATCH, json!({ "path": h.p("") }), &[])
         .await;
     assert!(stream.message().await.get("start").is_some());
-    assert_eq!(watch_threads(), before + 1);
+    assert_eq!(inotify_watches_on(&dir), 1);
     drop(stream);
-    eventually("the watch thread ends", || watch_threads() == before).await;
+    eventually("the watch is released", || inotify_watches_on(&dir) == 0).await;
 }
 
 /// Polls `GetWatcherEvents` into `events` until a `kind` event for `name` arrives.
@@ -703,6 +707,10 @@ async fn poll_watcher_buffers_events_until_drained() {
         StatusCode::OK
     );
     assert!(h.envd.watchers.is_empty());
+    eventually("the watches are released", || {
+        inotify_watches_on(&h.path("")) == 0
+    })
+    .await;
     assert_error(
         &h.unary(GET_EVENTS, json!({ "watcherId": id })).await,
         404,
