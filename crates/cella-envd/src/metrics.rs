@@ -21,7 +21,11 @@ pub struct Metrics {
 }
 
 pub async fn handler(State(_envd): State<Envd>) -> Json<Metrics> {
-    Json(tokio::task::spawn_blocking(collect).await.unwrap_or_else(|_| collect_empty()))
+    Json(
+        tokio::task::spawn_blocking(collect)
+            .await
+            .unwrap_or_else(|_| collect_empty()),
+    )
 }
 
 fn collect_empty() -> Metrics {
@@ -48,7 +52,9 @@ fn now() -> i64 {
 
 /// Reads /proc (the sandbox's own, fresh procfs) and statvfs of `/`.
 pub fn collect() -> Metrics {
-    let cpu_count = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    let cpu_count = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
     let cpu_used_pct = cpu_used_pct();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let field = |name: &str| -> u64 {
@@ -82,15 +88,23 @@ pub fn collect() -> Metrics {
 fn cpu_times() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?;
-    let vals: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let vals: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
     let idle = vals.get(3)? + vals.get(4).copied().unwrap_or(0);
     Some((vals.iter().sum(), idle))
 }
 
 fn cpu_used_pct() -> f64 {
-    let Some((t1, i1)) = cpu_times() else { return 0.0 };
+    let Some((t1, i1)) = cpu_times() else {
+        return 0.0;
+    };
     std::thread::sleep(std::time::Duration::from_millis(50));
-    let Some((t2, i2)) = cpu_times() else { return 0.0 };
+    let Some((t2, i2)) = cpu_times() else {
+        return 0.0;
+    };
     let total = t2.saturating_sub(t1);
     if total == 0 {
         return 0.0;
@@ -101,7 +115,9 @@ fn cpu_used_pct() -> f64 {
 
 /// Used and total bytes of the filesystem holding `path`.
 pub fn disk_usage(path: &str) -> (u64, u64) {
-    let Ok(c) = std::ffi::CString::new(path) else { return (0, 0) };
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return (0, 0);
+    };
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `c` is a valid NUL-terminated path and `st` points to writable statvfs storage.
     let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
@@ -110,8 +126,8 @@ pub fn disk_usage(path: &str) -> (u64, u64) {
     }
     // SAFETY: statvfs returned 0, so it initialised the struct.
     let st = unsafe { st.assume_init() };
-    let frsize = st.f_frsize as u64;
-    let total = st.f_blocks as u64 * frsize;
-    let free = st.f_bfree as u64 * frsize;
+    let frsize = st.f_frsize;
+    let total = st.f_blocks * frsize;
+    let free = st.f_bfree * frsize;
     (total.saturating_sub(free), total)
 }

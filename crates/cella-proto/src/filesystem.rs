@@ -145,6 +145,8 @@ pub struct FilesystemEvent {
 }
 
 /// One message of a `WatchDir` stream.
+// A wire message built and serialized at once: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum WatchDirEvent {

@@ -136,7 +136,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ));
         }
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("invalid duration {text:?}"));
     }
     Ok(Duration::from_secs_f64(secs))

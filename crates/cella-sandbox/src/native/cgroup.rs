@@ -205,10 +205,9 @@ impl CgroupPaths {
             }
             let result = match ctrl.as_str() {
                 "memory" => limits.memory_bytes.map_or(Ok(()), |m| {
-                    write(&dir, "memory.limit_in_bytes", &m.to_string()).and_then(|()| {
+                    write(&dir, "memory.limit_in_bytes", &m.to_string()).map(|()| {
                         // Swap accounting may be off; the limit above still holds.
                         let _ = write(&dir, "memory.memsw.limit_in_bytes", &m.to_string());
-                        Ok(())
                     })
                 }),
                 "pids" => limits

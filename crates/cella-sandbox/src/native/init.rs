@@ -90,8 +90,12 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     };
     let (report, child, cgroup, dir) = match report {
         Ok(parts) => parts,
-        Err(report) => {
-            emit(&report);
+        Err(error) => {
+            emit(&InitReport {
+                ok: false,
+                error: Some(error),
+                ..Default::default()
+            });
             sys::exit_now(1);
         }
     };
@@ -109,12 +113,8 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     });
 }
 
-fn fail(error: String) -> Result<(InitReport, i32, CgroupPaths, PathBuf), InitReport> {
-    Err(InitReport {
-        ok: false,
-        error: Some(error),
-        ..Default::default()
-    })
+fn fail(error: String) -> Result<Built, String> {
+    Err(error)
 }
 
 fn emit(report: &InitReport) {
@@ -132,15 +132,8 @@ fn emit(report: &InitReport) {
 
 type Built = (InitReport, i32, CgroupPaths, PathBuf);
 
-fn build(
-    req: &InitRequest,
-    guest: fn(UnixListener, GuestConfig) -> !,
-) -> Result<Built, InitReport> {
-    let err = |e: String| InitReport {
-        ok: false,
-        error: Some(e),
-        ..Default::default()
-    };
+fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result<Built, String> {
+    let err = |e: String| e;
     let rootless = sys::geteuid() != 0;
     let mut warnings = Vec::new();
     if !cella_proto::ids::is_valid_sandbox_id(&req.id) {
