@@ -16,7 +16,7 @@ use crate::client::{BoxFuture, ModelClient};
 use crate::config::ModelConfig;
 use crate::error::{LlmError, kind_and_message, shorten};
 use crate::event::{ChatStream, ResponseAssembler, StreamEvent};
-use crate::http::{Transport, WireDecoder, decode_stream, is_event_stream};
+use crate::http::{Answer, Transport, WireDecoder, decode_stream};
 use crate::message::{ChatRequest, ChatResponse, FinishReason, Message, ToolChoice};
 use crate::sse::SseEvent;
 use crate::usage::Usage;
@@ -56,20 +56,17 @@ impl AnthropicClient {
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let response = self.transport.post(&self.url, body).await?;
         let provider = self.transport.provider;
-        // A server may stream even when not asked to (and the fake provider does): decode by
-        // what arrived, not by what was asked.
-        if is_event_stream(&response) {
-            let sse = self.transport.sse_events(response);
-            return Ok(ChatStream::new(
+        // Decode by what arrived, not by what was asked: a server may stream when not asked
+        // to, or ignore `stream: true`.
+        Ok(match self.transport.answer(response).await? {
+            Answer::Sse(sse) => ChatStream::new(
                 decode_stream(sse, EventDecoder::new(provider)),
                 self.assembler(),
-            ));
-        }
-        let body = self.transport.read_body(response).await?;
-        Ok(ChatStream::from_events(
-            decode_response(provider, &body),
-            self.assembler(),
-        ))
+            ),
+            Answer::Json(body) => {
+                ChatStream::from_events(decode_response(provider, &body), self.assembler())
+            }
+        })
     }
 }
 
@@ -293,6 +290,8 @@ pub(crate) struct EventDecoder {
     cache_read: u64,
     raw_input: u64,
     started: bool,
+    /// A `message_delta` with a stop reason arrived.
+    stopped: bool,
     done: bool,
 }
 
@@ -307,6 +306,7 @@ impl EventDecoder {
             cache_read: 0,
             raw_input: 0,
             started: false,
+            stopped: false,
             done: false,
         }
     }
@@ -478,6 +478,7 @@ impl EventDecoder {
                     out.push(self.update_usage(usage));
                 }
                 if let Some(reason) = delta.get("stop_reason").and_then(Value::as_str) {
+                    self.stopped = true;
                     out.push(StreamEvent::Finish {
                         reason: stop_reason(reason),
                     });
@@ -529,6 +530,10 @@ impl WireDecoder for EventDecoder {
     }
 
     fn end(&mut self) -> Result<Vec<StreamEvent>, LlmError> {
+        // A body that ends after the stop reason lost only the `message_stop` formality.
+        if self.stopped {
+            return Ok(Vec::new());
+        }
         Err(self.malformed("stream ended before message_stop".to_owned()))
     }
 

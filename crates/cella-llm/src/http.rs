@@ -55,10 +55,8 @@ impl Transport {
                 .map_err(|e| client_error(format!("invalid header name {name:?}: {e}")))?;
             let mut value = HeaderValue::from_str(&value)
                 .map_err(|e| client_error(format!("invalid value for header {name:?}: {e}")))?;
-            if name.eq_ignore_ascii_case("authorization") || name.eq_ignore_ascii_case("x-api-key")
-            {
-                value.set_sensitive(true);
-            }
+            // Keys and any configured header (a proxy token, say) stay out of debug output.
+            value.set_sensitive(true);
             headers.insert(header, value);
         }
         let client = reqwest::Client::builder()
@@ -163,6 +161,22 @@ impl Transport {
         }
     }
 
+    /// How the provider answered: an SSE stream (by its content type, or by the look of a body
+    /// sent without one) or one JSON body.
+    pub(crate) async fn answer(&self, response: reqwest::Response) -> Result<Answer, LlmError> {
+        if is_event_stream(&response) {
+            return Ok(Answer::Sse(self.sse_events(response).boxed()));
+        }
+        let body = self.read_body(response).await?;
+        if looks_like_sse(&body) {
+            let body = futures::stream::once(async move { Ok(body) }).boxed();
+            return Ok(Answer::Sse(
+                sse_events(body, self.provider, self.timeout).boxed(),
+            ));
+        }
+        Ok(Answer::Json(body))
+    }
+
     /// The SSE events of a streamed response; each gap between chunks is bounded by the timeout.
     pub(crate) fn sse_events(
         &self,
@@ -246,9 +260,28 @@ impl Transport {
     }
 }
 
+/// A successful response, by kind.
+pub(crate) enum Answer {
+    Sse(BoxStream<'static, Result<SseEvent, LlmError>>),
+    Json(Bytes),
+}
+
+/// Whether a body is SSE: JSON never starts with an SSE field name or a comment.
+fn looks_like_sse(body: &[u8]) -> bool {
+    let text = body.strip_prefix("\u{feff}".as_bytes()).unwrap_or(body);
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let text = &text[start..];
+    [b"data:".as_slice(), b"event:", b":", b"id:", b"retry:"]
+        .iter()
+        .any(|field| text.starts_with(field))
+}
+
 /// Whether the response is an SSE stream (as opposed to one JSON body from a server that ignored
 /// `stream: true`, or answered an error with status 200).
-pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
+fn is_event_stream(response: &reqwest::Response) -> bool {
     response
         .headers()
         .get(CONTENT_TYPE)

@@ -14,7 +14,7 @@ use crate::client::{BoxFuture, ModelClient};
 use crate::config::{ModelConfig, Provider};
 use crate::error::{LlmError, kind_and_message, shorten};
 use crate::event::{ChatStream, ResponseAssembler, StreamEvent};
-use crate::http::{Transport, WireDecoder, decode_stream, is_event_stream};
+use crate::http::{Answer, Transport, WireDecoder, decode_stream};
 use crate::message::{ChatRequest, ChatResponse, FinishReason, Message, ToolChoice};
 use crate::sse::SseEvent;
 use crate::usage::Usage;
@@ -54,19 +54,17 @@ impl OpenAiClient {
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let response = self.transport.post(&self.url, body).await?;
         let provider = self.transport.provider;
-        // A server may stream even when not asked to (and the fake provider does): decode by
-        // what arrived, not by what was asked.
-        if is_event_stream(&response) {
-            let sse = self.transport.sse_events(response);
-            return Ok(ChatStream::new(
+        // Decode by what arrived, not by what was asked: a server may stream when not asked
+        // to, or ignore `stream: true`.
+        Ok(match self.transport.answer(response).await? {
+            Answer::Sse(sse) => ChatStream::new(
                 decode_stream(sse, ChunkDecoder::new(provider)),
                 self.assembler(),
-            ));
-        }
-        // One JSON body (asked so, or a server that ignored `stream: true`).
-        let body = self.transport.read_body(response).await?;
-        let events = decode_response(provider, &body);
-        Ok(ChatStream::from_events(events, self.assembler()))
+            ),
+            Answer::Json(body) => {
+                ChatStream::from_events(decode_response(provider, &body), self.assembler())
+            }
+        })
     }
 }
 

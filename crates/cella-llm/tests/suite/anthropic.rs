@@ -270,3 +270,17 @@ async fn malformed_event_json_and_missing_message_stop_are_errors() {
     let error = error.expect("no message_stop");
     assert!(error.to_string().contains("before message_stop"), "{error}");
 }
+
+#[tokio::test]
+async fn a_stream_ending_after_the_stop_reason_without_message_stop_is_accepted() {
+    let fake = fake().await;
+    fake.push(Reply::sse(rich_stream().build_without_stop()));
+    let response = client(&fake)
+        .stream(&request("run it"))
+        .await
+        .expect("stream")
+        .collect_response()
+        .await
+        .expect("accepted");
+    assert_rich(&response);
+}

@@ -347,3 +347,22 @@ async fn cut_streams_and_mid_stream_errors_are_errors() {
         other => panic!("unexpected {other}"),
     }
 }
+
+#[tokio::test]
+async fn an_sse_body_without_its_content_type_is_still_decoded() {
+    let fake = fake().await;
+    // Some minimal servers stream with no (or a wrong) content type.
+    fake.push(Reply::status(200, rich_stream().build().concat()));
+    fake.push(
+        Reply::status(200, rich_stream().build().concat())
+            .header("content-type", "application/json"),
+    );
+    let client = client(&fake);
+    for _ in 0..2 {
+        let response = client
+            .complete(&request("go"))
+            .await
+            .expect("sniffed as sse");
+        assert_rich(&response);
+    }
+}
