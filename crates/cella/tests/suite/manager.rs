@@ -330,3 +330,25 @@ async fn lifecycle_list_pause_resume_end_time_kill() {
     let dir = sb.instance.state["dir"].as_str().expect("dir");
     assert!(!std::path::Path::new(dir).exists(), "{dir} left behind");
 }
+
+#[tokio::test]
+async fn keepalives_arrive_and_orphans_are_reaped() {
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    let req = start("/bin/bash", &["-c", "sleep 1.5"]);
+    let mut s = sb.envd.stream("/process.Process/Start", &req, None, Some(1)).await.expect("start");
+    let mut keepalives = 0;
+    while let Some(msg) = s.next::<ProcessEventMessage>().await {
+        match msg.expect("event").event {
+            ProcessEvent::Keepalive {} => keepalives += 1,
+            ProcessEvent::End(_) => break,
+            _ => {}
+        }
+    }
+    assert!(keepalives >= 1, "no keepalive within 1.5 s at a 1 s interval");
+    // Orphans re-parented to envd (PID 1) are reaped: no zombies accumulate.
+    let events = run_to_end(&sb.envd, &start("/bin/bash", &["-c", "for i in 1 2 3 4 5; do (sleep 0.05 &); done; sleep 0.5; ps -eo stat= | grep -c Z || true"])).await;
+    let (out, _, _) = output(&events);
+    assert_eq!(out.trim(), "0", "zombies left: {out}");
+    mgr.kill(&sb.id).await.expect("kill");
+}
