@@ -125,7 +125,7 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, LlmError>> 
 /// # async fn demo(client: &dyn cella_llm::ModelClient, request: cella_llm::ChatRequest)
 /// # -> Result<(), cella_llm::LlmError> {
 /// use futures::StreamExt;
-/// let mut stream = client.stream(request).await?;
+/// let mut stream = client.stream(&request).await?;
 /// while let Some(event) = stream.next().await {
 ///     if let cella_llm::StreamEvent::TextDelta { text } = event? {
 ///         print!("{text}");

@@ -315,10 +315,17 @@ fn is_retryable_status(status: StatusCode) -> bool {
     matches!(status.as_u16(), 408 | 409 | 429) || status.is_server_error()
 }
 
+/// No wait is longer than a day, whatever the configuration says (and `mul_f64` below cannot
+/// overflow).
+const LONGEST_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// `base * 2^(attempt-1)`, capped at `max`, scaled by a random factor in [0.5, 1.0].
 pub(crate) fn backoff_delay(base: Duration, attempt: u32, max: Duration) -> Duration {
     let exponent = attempt.saturating_sub(1).min(20);
-    let full = base.saturating_mul(1u32 << exponent).min(max);
+    let full = base
+        .saturating_mul(1u32 << exponent)
+        .min(max)
+        .min(LONGEST_WAIT);
     full.mul_f64(0.5 + fastrand::f64() * 0.5)
 }
 
@@ -542,6 +549,7 @@ mod tests {
             );
             assert!(backoff_delay(base, 30, max) <= max);
             assert!(backoff_delay(base, u32::MAX, max) <= max);
+            assert!(backoff_delay(Duration::MAX, 3, Duration::MAX) <= LONGEST_WAIT);
         }
     }
 

@@ -47,7 +47,6 @@ impl Price {
     /// The cost of `usage` in USD.
     pub fn cost(&self, usage: &Usage) -> f64 {
         // u64 → f64 loses precision only above 2^53 tokens.
-        #[allow(clippy::cast_precision_loss)]
         let (input, output) = (usage.input_tokens as f64, usage.output_tokens as f64);
         (input * self.input + output * self.output) / 1_000_000.0
     }
