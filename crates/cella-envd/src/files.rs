@@ -13,11 +13,15 @@
 //! parts are named by their filenames, and a second part while `?path=` is set is refused, as
 //! is the same destination twice (both 400, like envd).
 //!
-//! Not implemented: `X-Metadata-*` headers (file metadata as `user.e2b.*` xattrs) are ignored,
-//! signed URLs (`signature=`) are not checked here, downloads ignore `Range`, and gzip request
+//! `X-Metadata-<key>` headers become `user.e2b.<key>` extended attributes of every uploaded
+//! file (envd ≥ 0.6.2) and come back as `metadata` in the answer (skipped, with a warning in
+//! the log, on filesystems without xattrs).
+//!
+//! Not implemented: signed URLs (`signature=`) are not checked here, downloads ignore `Range`, and gzip request
 //! bodies are accepted for octet-stream uploads only (the SDK never gzips multipart). Uploads
 //! are not fsynced before the rename.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -39,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::Envd;
+use crate::filesystem::metadata;
 use crate::filesystem::path::{self, io_error};
 use crate::filesystem::{ensure_dirs, run_as};
 use crate::users::User;
@@ -73,6 +78,8 @@ struct WriteInfo {
     name: String,
     #[serde(rename = "type")]
     file_type: &'static str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, String>,
 }
 
 /// A file-transfer error: HTTP status plus `{"code": <status>, "message": ...}`.
@@ -408,6 +415,7 @@ async fn receive_upload(
         }
     };
     let query_path = q.path.clone().filter(|p| !p.is_empty());
+    let metadata = header_metadata(req.headers())?;
 
     if content_type.starts_with("multipart/form-data") {
         if gzip {
@@ -415,7 +423,7 @@ async fn receive_upload(
                 "gzip-encoded multipart uploads are not supported: send gzip data as application/octet-stream with ?path=",
             ));
         }
-        return receive_multipart(envd, &user, query_path, req).await;
+        return receive_multipart(envd, &user, query_path, &metadata, req).await;
     }
     if !(content_type.is_empty() || content_type.starts_with("application/octet-stream")) {
         return Err(HttpError::bad_request(format!(
@@ -429,14 +437,15 @@ async fn receive_upload(
     };
     let dest = path::resolve(&raw, &user.home)?;
     let body = req.into_body().into_data_stream();
-    write_stream(envd, &user, &dest, body, gzip).await?;
-    Ok(vec![write_info(&dest)])
+    let stored = write_stream(envd, &user, &dest, body, gzip, &metadata).await?;
+    Ok(vec![write_info(&dest, stored.then_some(&metadata))])
 }
 
 async fn receive_multipart(
     envd: &Envd,
     user: &User,
     query_path: Option<String>,
+    metadata: &BTreeMap<String, String>,
     req: Request,
 ) -> Result<Vec<WriteInfo>, HttpError> {
     let mut multipart = Multipart::from_request(req, &()).await.map_err(|e| {
@@ -477,8 +486,9 @@ async fn receive_multipart(
                 "upload names {shown} twice: each file needs its own destination (the first one was written)"
             )));
         }
-        write_stream(envd, user, &dest, std::pin::pin!(field), false).await?;
-        written.push(write_info(&dest));
+        let stored =
+            write_stream(envd, user, &dest, std::pin::pin!(field), false, metadata).await?;
+        written.push(write_info(&dest, stored.then_some(metadata)));
     }
     if written.is_empty() {
         return Err(HttpError::bad_request(
@@ -488,7 +498,7 @@ async fn receive_multipart(
     Ok(written)
 }
 
-fn write_info(path: &Path) -> WriteInfo {
+fn write_info(path: &Path, metadata: Option<&BTreeMap<String, String>>) -> WriteInfo {
     WriteInfo {
         path: path.to_string_lossy().into_owned(),
         name: path
@@ -496,7 +506,26 @@ fn write_info(path: &Path) -> WriteInfo {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         file_type: "file",
+        metadata: metadata.cloned().unwrap_or_default(),
     }
+}
+
+/// Metadata from `X-Metadata-<key>` headers (keys lower-cased, as envd does).
+fn header_metadata(headers: &HeaderMap) -> Result<BTreeMap<String, String>, HttpError> {
+    let mut metadata = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix("x-metadata-") else {
+            continue;
+        };
+        let value = std::str::from_utf8(value.as_bytes()).map_err(|_| {
+            HttpError::bad_request(format!(
+                "metadata value of key {key:?} is not printable ASCII"
+            ))
+        })?;
+        metadata.insert(key.to_ascii_lowercase(), value.to_string());
+    }
+    metadata::validate(&metadata).map_err(HttpError::bad_request)?;
+    Ok(metadata)
 }
 
 /// A temporary upload file, removed unless it was renamed into place.
@@ -597,7 +626,8 @@ async fn write_stream<S, E>(
     dest: &Path,
     mut body: S,
     gzip: bool,
-) -> Result<(), HttpError>
+    metadata: &BTreeMap<String, String>,
+) -> Result<bool, HttpError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: Display,
@@ -642,14 +672,46 @@ where
             dest.display()
         )));
     }
-    if let Err(e) = written {
-        if writer_gone {
-            drain(&mut body).await;
+    let file = match written {
+        Ok(file) => file,
+        Err(e) => {
+            if writer_gone {
+                drain(&mut body).await;
+            }
+            return Err(write_error(dest, &e, gzip));
         }
-        return Err(write_error(dest, &e, gzip));
-    }
+    };
     let (from, to) = (temp, target);
-    run_as(envd, user.clone(), move |_| {
+    let metadata = metadata.clone();
+    let stored = run_as(envd, user.clone(), move |_| {
+        let mut stored = !metadata.is_empty();
+        if stored {
+            match metadata::write(&file, &metadata) {
+                Ok(true) => {}
+                Ok(false) => {
+                    stored = false;
+                    tracing::warn!(
+                    path = %to.display(),
+                    "the filesystem has no extended attributes: upload metadata not stored"
+                    );
+                }
+                Err(e) => {
+                    let mut err = io_error("upload", &to, &e);
+                    err.message = format!(
+                        "upload {}: storing metadata: {}",
+                        to.display(),
+                        path::reason(&e)
+                    );
+                    if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::E2BIG)) {
+                        err.code = Code::InvalidArgument;
+                        err.message
+                            .push_str(" (too much metadata for this filesystem)");
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        drop(file);
         std::fs::rename(&from, &to).map_err(|e| {
             let mut err = io_error("upload", &to, &e);
             err.message = format!(
@@ -658,11 +720,12 @@ where
                 path::reason(&e)
             );
             err
-        })
+        })?;
+        Ok(stored)
     })
     .await?;
     guard.keep();
-    Ok(())
+    Ok(stored)
 }
 
 /// Reads (and drops) what is left of a failed upload's body, up to [`DRAIN_LIMIT`].
@@ -710,7 +773,7 @@ fn write_file(
     mut rx: mpsc::Receiver<Bytes>,
     gzip: bool,
     mode: Option<u32>,
-) -> io::Result<()> {
+) -> io::Result<File> {
     let out = BufWriter::with_capacity(UPLOAD_BUFFER, file);
     let mut sink = if gzip {
         Sink::Gzip(Box::new(MultiGzDecoder::new(out)))
@@ -731,7 +794,7 @@ fn write_file(
     if let Some(mode) = mode {
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
-    Ok(())
+    Ok(file)
 }
 
 #[cfg(test)]

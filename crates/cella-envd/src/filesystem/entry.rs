@@ -6,6 +6,8 @@
 //! whole chain). A dangling symlink has nothing to describe, so it reports
 //! `FILE_TYPE_SYMLINK`, the link's own bits and the raw link text as its target.
 //!
+//! `metadata` holds the file's `user.e2b.*` extended attributes (see `metadata`).
+//!
 //! Callers run these in the requesting user's identity (`users::as_user`).
 
 use std::fs::Metadata;
@@ -62,7 +64,7 @@ pub fn entry_from_metadata(users: &Users, path: &Path, meta: &Metadata) -> Entry
         group: users.gid_name(meta.gid()),
         modified_time: Some(rfc3339(meta.mtime(), meta.mtime_nsec())),
         symlink_target,
-        metadata: Default::default(),
+        metadata: super::metadata::read(path),
         is_symlink,
     }
 }

@@ -10,6 +10,7 @@
 //! skips subdirectories it may not read instead of failing the whole listing.
 
 pub mod entry;
+pub mod metadata;
 pub mod path;
 pub mod watch;
 

@@ -41,6 +41,10 @@ check(fs.read(f"{WORK}/a/gz.txt", gzip=True) == "zipped " * 1000, "gzip round tr
 many = fs.write_files([{"path": f"{WORK}/m/{i}.txt", "data": f"file {i}"} for i in range(3)])
 check([w.name for w in many] == ["0.txt", "1.txt", "2.txt"], f"write_files {many}")
 check(fs.read(f"{WORK}/m/2.txt") == "file 2", "multipart content")
+meta = fs.write(f"{WORK}/a/meta.txt", "m", metadata={"Project": "cella"})
+check(meta.metadata == {"project": "cella"}, f"write metadata {meta}")
+check(fs.get_info(f"{WORK}/a/meta.txt").metadata == {"project": "cella"}, "metadata on stat")
+fs.remove(f"{WORK}/a/meta.txt")
 chunks = b"".join(fs.read(f"{WORK}/a/bin", format="stream"))
 check(chunks == b"\x00\x01\x02" * 1000, "stream read")
 

@@ -650,3 +650,66 @@ async fn transfer_json_matches_what_the_sdk_parses() {
     assert_eq!(list[0]["path"], dest);
     assert_eq!(std::fs::metadata(&dest).expect("stat").len(), 0);
 }
+
+#[tokio::test]
+async fn upload_metadata_becomes_extended_attributes() {
+    let h = Harness::start().await;
+    let dest = h.p("meta.txt");
+    let resp = h
+        .request(
+            "POST",
+            &files_uri(&dest),
+            &[
+                ("content-type", "application/octet-stream"),
+                ("x-metadata-Owner", "Alice"),
+                ("x-metadata-purpose", "test run"),
+            ],
+            full("m"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let written = body_json(resp).await;
+    let want = json!({ "owner": "Alice", "purpose": "test run" });
+    assert_eq!(written[0]["metadata"], want, "{written}");
+    let got = h
+        .unary("filesystem.Filesystem/Stat", json!({ "path": dest }))
+        .await;
+    assert_eq!(got.1["entry"]["metadata"], want, "{}", got.1);
+    let got = h
+        .unary("filesystem.Filesystem/ListDir", json!({ "path": h.p("") }))
+        .await;
+    assert_eq!(got.1["entries"][0]["metadata"], want, "{}", got.1);
+
+    // Overwriting without metadata leaves none behind.
+    let resp = h
+        .request(
+            "POST",
+            &files_uri(&dest),
+            &[("content-type", "application/octet-stream")],
+            full("n"),
+        )
+        .await;
+    let written = body_json(resp).await;
+    assert!(written[0].get("metadata").is_none(), "{written}");
+    let got = h
+        .unary("filesystem.Filesystem/Stat", json!({ "path": dest }))
+        .await;
+    assert!(got.1["entry"].get("metadata").is_none(), "{}", got.1);
+
+    // Invalid metadata is refused before anything is written.
+    let other = h.p("other.txt");
+    let long_key = format!("x-metadata-{}", "k".repeat(300));
+    let resp = h
+        .request(
+            "POST",
+            &files_uri(&other),
+            &[
+                ("content-type", "application/octet-stream"),
+                (&long_key, "v"),
+            ],
+            full("x"),
+        )
+        .await;
+    assert_http_error(resp, 400, "metadata key").await;
+    assert!(!Path::new(&other).exists());
+}
