@@ -2,8 +2,9 @@
 //!
 //! Every operation runs on a blocking thread in the requesting user's filesystem identity
 //! (`users::as_user`), so the kernel does the permission checks and new files belong to that
-//! user. Paths resolve against the user's home (`path`), entries are described by `entry`,
-//! watches live in `watch`. This module knows nothing about HTTP file transfer (`files`).
+//! user. Paths resolve against the user's home (`path`), entries are described by `entry`
+//! (with `metadata` from xattrs), watches live in `watch`. This module knows nothing about
+//! HTTP file transfer (`files`), which borrows its path, entry and directory helpers.
 //!
 //! Differences from envd worth knowing: `Remove` of a missing path succeeds (envd uses
 //! `os.RemoveAll`), `Remove` refuses `/`, `MakeDir` answers with the full entry, and `ListDir`
