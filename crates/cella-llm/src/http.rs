@@ -101,11 +101,12 @@ impl Transport {
                 Ok(Ok(response)) => {
                     let status = response.status();
                     let retry_after = retry_after(response.headers(), SystemTime::now());
-                    let body = tokio::time::timeout(self.timeout, response.bytes())
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default();
+                    let body =
+                        tokio::time::timeout(self.timeout, read_capped(response, MAX_ERROR_BODY))
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                            .unwrap_or_default();
                     let message = provider_message(status.as_u16(), &body);
                     if !is_retryable_status(status) {
                         return Err(self.status_error(status, message, url, attempts, None));
@@ -144,18 +145,15 @@ impl Transport {
 
     /// The whole body of a non-streamed response, within the timeout.
     pub(crate) async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, LlmError> {
-        match tokio::time::timeout(self.timeout, response.bytes()).await {
+        match tokio::time::timeout(self.timeout, read_capped(response, MAX_BODY)).await {
             Err(_) => Err(LlmError::Timeout {
                 provider: self.provider,
                 waiting_for: "response body",
                 timeout: self.timeout,
             }),
-            Ok(Err(e)) => Err(LlmError::Malformed {
+            Ok(Err(detail)) => Err(LlmError::Malformed {
                 provider: self.provider,
-                detail: format!(
-                    "connection lost while reading the body: {}",
-                    error_chain(&e)
-                ),
+                detail,
             }),
             Ok(Ok(body)) => Ok(body),
         }
@@ -256,6 +254,40 @@ impl Transport {
                 message,
                 retry_after,
             } => self.status_error(status, message, url, attempts, retry_after),
+        }
+    }
+}
+
+/// The largest whole response body read (a model answer is far smaller).
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// The most of an error body read for its message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The body of `response`, at most `limit` bytes: an error past that (for whole bodies) — but
+/// for error bodies, whose message is all that matters, simply cut.
+async fn read_capped(mut response: reqwest::Response, limit: usize) -> Result<Bytes, String> {
+    let cut_silently = !response.status().is_success();
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    if cut_silently {
+                        let room = limit - body.len();
+                        body.extend_from_slice(&chunk[..room]);
+                        return Ok(body.into());
+                    }
+                    return Err(format!("response body larger than {limit} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.into()),
+            Err(e) => {
+                return Err(format!(
+                    "connection lost while reading the body: {}",
+                    error_chain(&e)
+                ));
+            }
         }
     }
 }

@@ -362,9 +362,20 @@ impl ChunkDecoder {
     fn call_for(&mut self, delta: &WireToolCall) -> usize {
         let found = match (delta.index, delta.id.as_deref().filter(|id| !id.is_empty())) {
             (Some(i), _) => self.calls.iter().position(|c| c.wire_index == Some(i)),
-            // No index (some Gemini versions): a new id is a new call, otherwise the last one.
+            // No index (some Gemini versions): a new id is a new call; without an id, a name
+            // when the last call already has one starts a new call, anything else continues it.
             (None, Some(id)) => self.calls.iter().position(|c| c.id.as_deref() == Some(id)),
-            (None, None) => self.calls.len().checked_sub(1),
+            (None, None) => {
+                let names_a_call = delta
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.name.as_deref())
+                    .is_some_and(|n| !n.is_empty());
+                match self.calls.last() {
+                    Some(last) if names_a_call && last.name.is_some() => None,
+                    _ => self.calls.len().checked_sub(1),
+                }
+            }
         };
         found.unwrap_or_else(|| {
             self.calls.push(PendingCall {
@@ -638,6 +649,20 @@ mod tests {
         assert_eq!(
             (r.tool_calls[1].id.as_str(), r.tool_calls[1].name.as_str()),
             ("g2", "b")
+        );
+
+        // Neither index nor id: each named delta is a call, unnamed ones continue the last.
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"a","arguments":"{\"x\":"}},{"function":{"arguments":"1}"}},{"function":{"name":"b","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        ])
+        .expect("decodes");
+        let r = assemble(&events);
+        assert_eq!(r.tool_calls.len(), 2, "{r:?}");
+        assert_eq!(r.tool_calls[0].arguments, "{\"x\":1}");
+        assert_eq!(
+            (r.tool_calls[1].id.as_str(), r.tool_calls[1].name.as_str()),
+            ("call_1", "b")
         );
 
         let events = decode(&[
