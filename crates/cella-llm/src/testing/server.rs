@@ -5,7 +5,6 @@
 //! connections); the provider formats come from `wire.rs`.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,6 +34,8 @@ pub struct Reply {
 
 #[derive(Debug, Clone)]
 enum ReplyBody {
+    /// Close the connection without answering.
+    HangUp,
     Full(Bytes),
     /// Each chunk is written (and flushed) after its pause; `abort` cuts the connection after
     /// the last one instead of ending the body properly.
@@ -138,6 +139,16 @@ impl Reply {
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
+    }
+
+    /// Closes the connection without sending any response (after the delay, if any).
+    pub fn hang_up() -> Self {
+        Self {
+            status: 0,
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+            body: ReplyBody::HangUp,
+        }
     }
 
     /// Cuts the connection after the last chunk instead of ending the body.
@@ -295,7 +306,7 @@ type Body = BoxBody<Bytes, std::io::Error>;
 async fn answer(
     script: Arc<Mutex<Script>>,
     request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+) -> Result<Response<Body>, std::io::Error> {
     let (parts, body) = request.into_parts();
     let body = body
         .collect()
@@ -336,6 +347,13 @@ async fn answer(
         tokio::time::sleep(reply.delay).await;
     }
     let body: Body = match reply.body {
+        // An error from the service makes hyper close the connection unanswered.
+        ReplyBody::HangUp => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "fake provider hung up",
+            ));
+        }
         ReplyBody::Full(bytes) => Full::new(bytes).map_err(|never| match never {}).boxed(),
         ReplyBody::Chunks { chunks, abort } => {
             let frames =

@@ -92,6 +92,27 @@ async fn server_error_then_success() {
 }
 
 #[tokio::test]
+async fn a_connection_closed_before_the_answer_is_retried() {
+    let fake = fake().await;
+    fake.push(Reply::hang_up());
+    fake.push(Reply::openai_text("second try"));
+    let client = OpenAiClient::new(fake.openai_config("m")).expect("client");
+    let response = client.complete(&request("hi")).await.expect("retried");
+    assert_eq!(response.content, "second try");
+    assert_eq!(fake.requests().len(), 2);
+
+    // With no retries left the error says what happened.
+    fake.push(Reply::hang_up());
+    let config = fake.openai_config("m").with_retries(0, Duration::ZERO);
+    let client = OpenAiClient::new(config).expect("client");
+    let error = client.complete(&request("hi")).await.expect_err("hung up");
+    assert!(
+        matches!(error, LlmError::Connect { attempts: 1, .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
 async fn persistent_overload_fails_after_max_retries_with_the_provider_message() {
     let fake = fake().await;
     for _ in 0..3 {
