@@ -254,6 +254,8 @@ enum Frame {
         pending_key: Option<(String, usize, bool)>,
         /// Entries merged in through `<<` (permissive only), applied at the end.
         merged: Vec<(String, Value)>,
+        /// Whether a `<<` key was seen (a second one is a duplicate key).
+        merge_seen: bool,
     },
 }
 
@@ -335,18 +337,10 @@ impl Builder<'_> {
                     ScalarStyle::Plain if start >= end => String::new(),
                     _ => text.into_owned(),
                 };
-                match style {
-                    ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted => {
-                        self.allowed_tab_ranges.push((start, end));
-                    }
-                    ScalarStyle::Literal | ScalarStyle::Folded => {
-                        // Content starts on the line after the header.
-                        let body = self.text[start..end.max(start)]
-                            .find('\n')
-                            .map_or(end, |i| start + i + 1);
-                        self.allowed_tab_ranges.push((body, end.max(body)));
-                    }
-                    ScalarStyle::Plain => {}
+                // Quoted and block scalar spans cover their content (a block scalar's span starts
+                // after its header line and first indentation), where tabs are text.
+                if !matches!(style, ScalarStyle::Plain) {
+                    self.allowed_tab_ranges.push((start, end));
                 }
                 let quoted = !matches!(style, ScalarStyle::Plain);
                 self.count(1)?;
@@ -405,6 +399,7 @@ impl Builder<'_> {
                 entries: Vec::new(),
                 pending_key: None,
                 merged: Vec::new(),
+                merge_seen: false,
             }
         } else {
             Frame::Seq(Vec::new())
@@ -482,6 +477,7 @@ impl Builder<'_> {
                     entries,
                     pending_key,
                     merged,
+                    merge_seen,
                 },
                 _,
             )) => match pending_key.take() {
@@ -491,6 +487,10 @@ impl Builder<'_> {
                 }),
                 Some((key, line, quoted)) => {
                     if key == "<<" && !quoted {
+                        if strict && *merge_seen {
+                            return Err(YamlError::DuplicateKey { key, line });
+                        }
+                        *merge_seen = true;
                         // strictyaml keeps nothing from a merge of a mapping and refuses others.
                         return match value {
                             Value::Map(m) => {

@@ -1,0 +1,3 @@
+//! Integration tests of cella-skills (one binary; the modules live in `suite/`).
+
+mod suite;

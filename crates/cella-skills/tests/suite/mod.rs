@@ -1,0 +1,8 @@
+mod anthropic;
+mod discovery;
+mod package;
+mod properties;
+mod render;
+mod support;
+mod validate;
+mod yaml;

@@ -1,0 +1,145 @@
+//! Packaging and installing: round trips, determinism, and refusals (zip-slip, absolute paths,
+//! escaping symlinks, existing destinations).
+
+use std::io::Write;
+use std::path::Path;
+
+use cella_skills::package::{PackageError, install, package};
+use zip::write::SimpleFileOptions;
+
+use super::support::{md, skill, valid};
+
+fn zip_with(path: &Path, entries: &[(&str, &[u8])]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut z = zip::ZipWriter::new(f);
+    for (name, data) in entries {
+        z.start_file(*name, SimpleFileOptions::default()).unwrap();
+        z.write_all(data).unwrap();
+    }
+    z.finish().unwrap();
+}
+
+fn skill_md(name: &str) -> Vec<u8> {
+    md(&format!("name: {name}\ndescription: x\n")).into_bytes()
+}
+
+#[test]
+fn package_then_install_round_trips_and_is_deterministic() {
+    let t = tempfile::tempdir().unwrap();
+    let d = valid(t.path(), "round-trip");
+    std::fs::create_dir_all(d.join("scripts")).unwrap();
+    std::fs::write(d.join("scripts/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.join("scripts/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("scripts/run.sh", d.join("run")).unwrap();
+    }
+    let a = t.path().join("a.skill");
+    let b = t.path().join("b.zip");
+    let packed = package(&d, &a).unwrap();
+    assert_eq!(packed.name, "round-trip");
+    assert_eq!(packed.files, 2);
+    package(&d, &b).unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+
+    let dest = t.path().join("installed");
+    let inst = install(&a, &dest, false).unwrap();
+    assert_eq!(inst.dir, dest.join("round-trip"));
+    assert_eq!(
+        std::fs::read(inst.dir.join("scripts/run.sh")).unwrap(),
+        b"#!/bin/sh\necho hi\n"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(inst.dir.join("scripts/run.sh")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111);
+        assert_eq!(std::fs::read_link(inst.dir.join("run")).unwrap(), Path::new("scripts/run.sh"));
+    }
+    // Installing again needs --force.
+    assert!(matches!(install(&a, &dest, false), Err(PackageError::Exists { .. })));
+    assert!(install(&a, &dest, true).unwrap().replaced);
+    // No staging directory is left behind.
+    let left: Vec<_> = std::fs::read_dir(&dest).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["round-trip"]);
+}
+
+#[test]
+fn install_from_directory_and_root_level_archive() {
+    let t = tempfile::tempdir().unwrap();
+    let d = valid(t.path(), "from-dir");
+    let dest = t.path().join("dest");
+    assert_eq!(install(&d, &dest, false).unwrap().name, "from-dir");
+    let z = t.path().join("flat.zip");
+    zip_with(&z, &[("SKILL.md", &skill_md("flat")), ("notes.txt", b"n")]);
+    let inst = install(&z, &dest, false).unwrap();
+    assert_eq!(inst.name, "flat");
+    assert!(inst.dir.join("notes.txt").is_file());
+}
+
+#[test]
+fn zip_slip_and_absolute_paths_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("dest");
+    let md = skill_md("evil");
+    let cases: [&[(&str, &[u8])]; 4] = [
+        &[("evil/SKILL.md", &md), ("evil/../../escaped.txt", b"x")],
+        &[("evil/SKILL.md", &md), ("/etc/evil.txt", b"x")],
+        &[("evil/SKILL.md", &md), ("evil\\..\\..\\x.txt", b"x")],
+        &[("evil/SKILL.md", &md), ("C:/evil.txt", b"x")],
+    ];
+    for (i, entries) in cases.iter().enumerate() {
+        let z = t.path().join(format!("evil{i}.zip"));
+        zip_with(&z, entries);
+        let err = install(&z, &dest, false).unwrap_err();
+        assert!(matches!(err, PackageError::UnsafeEntry { .. }), "{i}: {err}");
+    }
+    assert!(!t.path().join("escaped.txt").exists());
+    assert!(!dest.join("evil").exists());
+}
+
+#[test]
+fn escaping_symlinks_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("dest");
+    // In an archive.
+    let z = t.path().join("link.zip");
+    {
+        let f = std::fs::File::create(&z).unwrap();
+        let mut w = zip::ZipWriter::new(f);
+        w.start_file("l/SKILL.md", SimpleFileOptions::default()).unwrap();
+        w.write_all(&skill_md("l")).unwrap();
+        w.add_symlink("l/passwd", "../../../etc/passwd", SimpleFileOptions::default()).unwrap();
+        w.finish().unwrap();
+    }
+    assert!(matches!(install(&z, &dest, false), Err(PackageError::SymlinkEscapes { .. })));
+    // In a directory, and when packaging it.
+    #[cfg(unix)]
+    {
+        let d = valid(t.path(), "linky");
+        std::os::unix::fs::symlink("/etc/hostname", d.join("host")).unwrap();
+        assert!(matches!(install(&d, &dest, false), Err(PackageError::SymlinkEscapes { .. })));
+        assert!(matches!(
+            package(&d, &t.path().join("linky.skill")),
+            Err(PackageError::SymlinkEscapes { .. })
+        ));
+    }
+}
+
+#[test]
+fn archives_without_a_skill_or_with_unsafe_names_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("dest");
+    let z = t.path().join("none.zip");
+    zip_with(&z, &[("a/README.md", b"x"), ("b/README.md", b"y")]);
+    assert!(matches!(install(&z, &dest, false), Err(PackageError::NoSkillInArchive { .. })));
+    let z = t.path().join("badname.zip");
+    let content = md("name: ../../x\ndescription: x\n");
+    zip_with(&z, &[("s/SKILL.md", content.as_bytes())]);
+    assert!(matches!(install(&z, &dest, false), Err(PackageError::BadName { .. })));
+    let not_zip = t.path().join("not.zip");
+    std::fs::write(&not_zip, b"hello").unwrap();
+    assert!(matches!(install(&not_zip, &dest, false), Err(PackageError::Zip { .. })));
+    let _ = skill;
+}
