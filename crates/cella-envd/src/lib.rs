@@ -35,7 +35,11 @@ pub struct EnvdConfig {
 
 impl Default for EnvdConfig {
     fn default() -> Self {
-        Self { default_user: "user".into(), default_workdir: None, envs: BTreeMap::new() }
+        Self {
+            default_user: "user".into(),
+            default_workdir: None,
+            envs: BTreeMap::new(),
+        }
     }
 }
 
@@ -88,7 +92,9 @@ async fn health() -> axum::http::StatusCode {
     axum::http::StatusCode::NO_CONTENT
 }
 
-async fn envs(axum::extract::State(envd): axum::extract::State<Envd>) -> axum::Json<BTreeMap<String, String>> {
+async fn envs(
+    axum::extract::State(envd): axum::extract::State<Envd>,
+) -> axum::Json<BTreeMap<String, String>> {
     axum::Json(envd.config.envs.clone())
 }
 

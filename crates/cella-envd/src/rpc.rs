@@ -31,7 +31,14 @@ impl IntoResponse for Failure {
         let status = StatusCode::from_u16(self.0.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.0).unwrap_or_default();
-        (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
+        (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
             .into_response()
     }
 }
@@ -45,11 +52,17 @@ pub struct Unary<T>(pub T);
 impl<T: Serialize> IntoResponse for Unary<T> {
     fn into_response(self) -> Response {
         match serde_json::to_vec(&self.0) {
-            Ok(body) => {
-                ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
-                    .into_response()
+            Ok(body) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            Err(e) => {
+                Failure(RpcError::internal(format!("encoding response: {e}"))).into_response()
             }
-            Err(e) => Failure(RpcError::internal(format!("encoding response: {e}"))).into_response(),
         }
     }
 }
@@ -63,20 +76,31 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Unary<T> {
             if !ct.starts_with("application/json") {
                 return Err(Failure(RpcError::new(
                     Code::Unimplemented,
-                    format!("unsupported content type {ct:?}: this endpoint speaks Connect with the JSON codec (application/json)"),
+                    format!(
+                        "unsupported content type {ct:?}: this endpoint speaks Connect with the JSON codec (application/json)"
+                    ),
                 )));
             }
         }
-        let body = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY).await.map_err(|e| {
-            Failure(RpcError::new(Code::ResourceExhausted, format!("reading request body: {e}")))
-        })?;
+        let body = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY)
+            .await
+            .map_err(|e| {
+                Failure(RpcError::new(
+                    Code::ResourceExhausted,
+                    format!("reading request body: {e}"),
+                ))
+            })?;
         parse_message(&body).map(Unary).map_err(Failure)
     }
 }
 
 /// Parses one JSON message; an empty body is the empty message.
 pub fn parse_message<T: DeserializeOwned>(body: &[u8]) -> Result<T, RpcError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
     serde_json::from_slice(body)
         .map_err(|e| RpcError::invalid_argument(format!("malformed request message: {e}")))
 }
@@ -89,9 +113,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StreamRequest<T> {
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         check_stream_content_type(req.headers())?;
-        let body = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY).await.map_err(|e| {
-            Failure(RpcError::new(Code::ResourceExhausted, format!("reading request body: {e}")))
-        })?;
+        let body = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY)
+            .await
+            .map_err(|e| {
+                Failure(RpcError::new(
+                    Code::ResourceExhausted,
+                    format!("reading request body: {e}"),
+                ))
+            })?;
         let mut dec = EnvelopeDecoder::new();
         dec.push(&body);
         let env = dec.next_envelope()?.ok_or_else(|| {
@@ -102,13 +131,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StreamRequest<T> {
 }
 
 fn check_stream_content_type(headers: &HeaderMap) -> Result<(), Failure> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if ct.starts_with(cella_proto::CONTENT_TYPE_STREAM) {
         Ok(())
     } else {
         Err(Failure(RpcError::new(
             Code::Unimplemented,
-            format!("unsupported content type {ct:?}: streaming calls use application/connect+json"),
+            format!(
+                "unsupported content type {ct:?}: streaming calls use application/connect+json"
+            ),
         )))
     }
 }
@@ -123,7 +157,11 @@ pub struct ClientStream {
 impl ClientStream {
     pub fn from_request(req: Request) -> Result<Self, Failure> {
         check_stream_content_type(req.headers())?;
-        Ok(Self { body: req.into_body().into_data_stream(), decoder: EnvelopeDecoder::new(), done: false })
+        Ok(Self {
+            body: req.into_body().into_data_stream(),
+            decoder: EnvelopeDecoder::new(),
+            done: false,
+        })
     }
 
     /// The next message; `Ok(None)` at the end of the stream.
@@ -142,12 +180,17 @@ impl ClientStream {
             match self.body.next().await {
                 Some(Ok(chunk)) => self.decoder.push(&chunk),
                 Some(Err(e)) => {
-                    return Err(RpcError::new(Code::Canceled, format!("request stream broke: {e}")));
+                    return Err(RpcError::new(
+                        Code::Canceled,
+                        format!("request stream broke: {e}"),
+                    ));
                 }
                 None => {
                     self.done = true;
                     if self.decoder.pending() > 0 {
-                        return Err(RpcError::invalid_argument("request stream ended mid-envelope"));
+                        return Err(RpcError::invalid_argument(
+                            "request stream ended mid-envelope",
+                        ));
                     }
                     return Ok(None);
                 }
@@ -197,6 +240,17 @@ pub fn stream_response() -> (StreamWriter, Response) {
     (StreamWriter { tx }, resp)
 }
 
+/// A streaming call that fails before its first message: HTTP 200 with only an end-of-stream
+/// envelope carrying the error, as Connect clients expect (an HTTP error status would lose the
+/// code: a plain 404 reads as `unimplemented`).
+pub fn stream_error(error: RpcError) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, cella_proto::CONTENT_TYPE_STREAM)
+        .body(Body::from(Envelope::end_stream(Some(&error))))
+        .unwrap_or_else(|_| Failure(error).into_response())
+}
+
 /// The user a request selects with `Authorization: Basic base64("<user>:")`, if any.
 pub fn request_user(headers: &HeaderMap) -> Result<Option<String>, RpcError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
@@ -205,7 +259,10 @@ pub fn request_user(headers: &HeaderMap) -> Result<Option<String>, RpcError> {
     let value = value
         .to_str()
         .map_err(|_| RpcError::new(Code::Unauthenticated, "authorization header is not ASCII"))?;
-    let Some(encoded) = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic ")) else {
+    let Some(encoded) = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))
+    else {
         return Err(RpcError::new(
             Code::Unauthenticated,
             "authorization must be Basic base64(\"<user>:\") to select a user",
@@ -238,9 +295,15 @@ mod tests {
         let mut h = HeaderMap::new();
         assert_eq!(request_user(&h).expect("ok"), None);
         // base64("root:")
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic cm9vdDo="));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic cm9vdDo="),
+        );
         assert_eq!(request_user(&h).expect("ok").as_deref(), Some("root"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer x"));
-        assert_eq!(request_user(&h).expect_err("bad").code, Code::Unauthenticated);
+        assert_eq!(
+            request_user(&h).expect_err("bad").code,
+            Code::Unauthenticated
+        );
     }
 }

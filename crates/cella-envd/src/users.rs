@@ -80,7 +80,9 @@ impl Users {
                 name: euid.to_string(),
                 uid: euid,
                 gid: egid,
-                home: std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/".into()),
+                home: std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| "/".into()),
                 shell: "/bin/sh".into(),
             });
         Users {
@@ -116,16 +118,25 @@ impl Users {
             ));
         }
         self.by_name.get(name).cloned().ok_or_else(|| {
-            RpcError::new(Code::Unauthenticated, format!("invalid user {name:?}: no such user in the sandbox"))
+            RpcError::new(
+                Code::Unauthenticated,
+                format!("invalid user {name:?}: no such user in the sandbox"),
+            )
         })
     }
 
     pub fn uid_name(&self, uid: u32) -> String {
-        self.uid_names.get(&uid).cloned().unwrap_or_else(|| uid.to_string())
+        self.uid_names
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| uid.to_string())
     }
 
     pub fn gid_name(&self, gid: u32) -> String {
-        self.gid_names.get(&gid).cloned().unwrap_or_else(|| gid.to_string())
+        self.gid_names
+            .get(&gid)
+            .cloned()
+            .unwrap_or_else(|| gid.to_string())
     }
 }
 
@@ -137,26 +148,33 @@ pub fn as_user<T>(users: &Users, user: &User, f: impl FnOnce() -> T) -> T {
     if !users.can_switch() || user.uid == 0 {
         return f();
     }
+    /// Restores root's filesystem identity even if `f` panics: blocking threads are reused.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: setfsuid/setfsgid change only this thread's filesystem credentials.
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+            }
+        }
+    }
     // SAFETY: setfsuid/setfsgid change only this thread's filesystem credentials; they cannot
     // fail in a way that corrupts memory (they return the previous id).
     unsafe {
         libc::setfsgid(user.gid);
         libc::setfsuid(user.uid);
     }
-    let out = f();
-    // SAFETY: as above; restores root's filesystem identity (and with it the fs capabilities).
-    unsafe {
-        libc::setfsuid(0);
-        libc::setfsgid(0);
-    }
-    out
+    let _restore = Restore;
+    f()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n";
+    const PASSWD: &str =
+        "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n";
     const GROUP: &str = "root:x:0:\nuser:x:1000:\n";
 
     #[test]
@@ -168,7 +186,13 @@ mod tests {
         if users.can_switch() {
             let u = users.resolve(None).expect("default");
             assert_eq!((u.uid, u.home.to_str()), (1000, Some("/home/user")));
-            assert_eq!(users.resolve(Some("nobody-here")).expect_err("missing").code, Code::Unauthenticated);
+            assert_eq!(
+                users
+                    .resolve(Some("nobody-here"))
+                    .expect_err("missing")
+                    .code,
+                Code::Unauthenticated
+            );
         }
     }
 }

@@ -188,10 +188,22 @@ impl EnvdClient {
         req: &StartRequest,
         user: Option<&str>,
     ) -> Result<ProcessStream, ClientError> {
-        Ok(ProcessStream(
-            self.stream("/process.Process/Start", req, user, None)
-                .await?,
-        ))
+        let mut inner = self
+            .stream("/process.Process/Start", req, user, None)
+            .await?;
+        // A failure to start arrives as the stream's only (end) message.
+        match inner.next::<ProcessEventMessage>().await {
+            Some(Ok(first)) => Ok(ProcessStream {
+                inner,
+                first: Some(first.event),
+            }),
+            Some(Err(e)) => Err(e),
+            None => Err(RpcError::new(
+                Code::Unavailable,
+                "the process stream ended before it started",
+            )
+            .into()),
+        }
     }
 
     /// Whether the agent answers `/health`.
@@ -256,11 +268,17 @@ impl MessageStream {
 }
 
 /// Events of one process.
-pub struct ProcessStream(pub MessageStream);
+pub struct ProcessStream {
+    inner: MessageStream,
+    first: Option<ProcessEvent>,
+}
 
 impl ProcessStream {
     pub async fn next(&mut self) -> Option<Result<ProcessEvent, ClientError>> {
-        self.0
+        if let Some(first) = self.first.take() {
+            return Some(Ok(first));
+        }
+        self.inner
             .next::<ProcessEventMessage>()
             .await
             .map(|r| r.map(|m| m.event))

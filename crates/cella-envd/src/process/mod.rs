@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
 use cella_proto::process::{
     CloseStdinRequest, ConnectRequest, Empty, ListRequest, ListResponse, ProcessEvent,
@@ -50,7 +50,7 @@ async fn start(
     })();
     let started = match result {
         Ok(s) => s,
-        Err(e) => return Failure(e).into_response(),
+        Err(e) => return rpc::stream_error(e),
     };
     let events = started.entry.subscribe();
     started.run(&envd);
@@ -66,7 +66,7 @@ async fn connect(
 ) -> Response {
     let entry = match envd.processes.find(req.process.as_ref()) {
         Ok(e) => e,
-        Err(e) => return Failure(e).into_response(),
+        Err(e) => return rpc::stream_error(e),
     };
     let events = entry.subscribe();
     let (writer, response) = rpc::stream_response();
