@@ -25,6 +25,8 @@ mod event;
 mod http;
 mod message;
 mod openai;
+#[cfg(test)]
+mod robustness;
 mod sse;
 mod usage;
 

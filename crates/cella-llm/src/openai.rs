@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::client::{BoxFuture, ModelClient};
 use crate::config::{ModelConfig, Provider};
@@ -91,13 +91,10 @@ impl ModelClient for OpenAiClient {
 /// The JSON body of a chat completions request.
 pub(crate) fn encode_request(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Value {
     let messages: Vec<Value> = request.messages.iter().map(encode_message).collect();
-    let mut body = json!({
-        "model": config.model,
-        "messages": messages,
-        "stream": stream,
-    });
-    let obj = body.as_object_mut();
-    let Some(obj) = obj else { return body };
+    let mut obj = Map::new();
+    obj.insert("model".into(), json!(config.model));
+    obj.insert("messages".into(), Value::Array(messages));
+    obj.insert("stream".into(), Value::Bool(stream));
     if stream {
         obj.insert("stream_options".into(), json!({"include_usage": true}));
     }
@@ -143,7 +140,7 @@ pub(crate) fn encode_request(config: &ModelConfig, request: &ChatRequest, stream
     if !request.stop.is_empty() {
         obj.insert("stop".into(), json!(request.stop));
     }
-    body
+    Value::Object(obj)
 }
 
 fn encode_message(message: &Message) -> Value {
