@@ -39,7 +39,9 @@ impl AnthropicClient {
             auth.push(("x-api-key", key.expose().to_owned()));
         }
         let transport = Transport::new(&config, auth)?;
-        let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
+        // `{base}/v1/messages`; a base that already ends in `/v1` is taken as meant.
+        let base = config.base_url.trim_end_matches('/');
+        let url = format!("{}/v1/messages", base.strip_suffix("/v1").unwrap_or(base));
         Ok(Self {
             config,
             transport,

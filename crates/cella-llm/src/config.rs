@@ -218,8 +218,8 @@ pub enum ConfigError {
     },
 
     #[error(
-        "provider {provider} has no default endpoint: set CELLA_BASE_URL, pass --base-url, or \
-         set `base_url` in [model] of cella.toml"
+        "provider {provider} has no default endpoint: set CELLA_BASE_URL or `base_url` in \
+         [model] of cella.toml"
     )]
     NoBaseUrl { provider: Provider },
 
@@ -513,7 +513,11 @@ impl ModelConfig {
                 .ok_or(ConfigError::NoBaseUrl { provider })?
                 .to_owned(),
         };
-        let base_url = base_url.trim().trim_end_matches('/').to_owned();
+        let mut base_url = base_url.trim().trim_end_matches('/').to_owned();
+        // Ollama's OpenAI-compatible API lives under /v1; people often give just the host.
+        if provider == Provider::Ollama && !base_url.ends_with("/v1") {
+            base_url.push_str("/v1");
+        }
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(ConfigError::BadBaseUrl {
                 provider,
@@ -726,6 +730,20 @@ mod tests {
             .expect("config");
             assert_eq!(cfg.base_url, want, "OLLAMA_HOST={host}");
         }
+    }
+
+    #[test]
+    fn ollama_base_url_gets_its_v1() {
+        let cfg = resolve(
+            ModelSettings::default(),
+            &[
+                ("CELLA_MODEL", "ollama/llama3.2"),
+                ("CELLA_BASE_URL", "http://gpu:11434/"),
+            ],
+            ModelSettings::default(),
+        )
+        .expect("config");
+        assert_eq!(cfg.base_url, "http://gpu:11434/v1");
     }
 
     #[test]

@@ -41,11 +41,13 @@ async fn ollama_via_ollama_host_speaks_chat_completions_without_a_key() {
 async fn anthropic_shorthand_with_base_url_and_key_from_env() {
     let fake = FakeProvider::start().await.expect("fake");
     fake.push(Reply::anthropic_text("hello from claude"));
+    // A base URL given with `/v1` (as the other providers take it) still reaches /v1/messages.
+    let base = format!("{}/v1/", fake.url());
     let config = ModelConfig::resolve(
         ModelSettings::default(),
         &env(&[
             ("CELLA_MODEL", "anthropic/claude-sonnet-4-5"),
-            ("CELLA_BASE_URL", fake.url()),
+            ("CELLA_BASE_URL", &base),
             ("ANTHROPIC_API_KEY", "sk-ant-env"),
         ]),
         ModelSettings::default(),
