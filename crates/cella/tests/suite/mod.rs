@@ -1,4 +1,5 @@
 mod escape;
 mod exec;
 mod manager;
+mod skills;
 mod support;
