@@ -70,9 +70,8 @@ pub fn to_prompt(dirs: &[&Path]) -> Result<String, SkillError> {
     for dir in dirs {
         let dir = skill::absolute(dir);
         let props = skill::read_properties(&dir)?;
-        let location = skill::find_skill_md(&dir).ok_or_else(|| SkillError::NotFound {
-            dir: dir.clone(),
-        })?;
+        let location =
+            skill::find_skill_md(&dir).ok_or_else(|| SkillError::NotFound { dir: dir.clone() })?;
         entries.push(CatalogEntry {
             name: props.name,
             description: props.description,

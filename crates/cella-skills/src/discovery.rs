@@ -42,7 +42,11 @@ pub const PROJECT_DIRS: [&str; 3] = [".cella/skills", ".agents/skills", ".claude
 pub const USER_DIRS: [&str; 2] = [".cella/skills", ".agents/skills"];
 
 /// The standard roots for a project directory, configured roots and a home directory.
-pub fn default_roots(project: &Path, configured: &[PathBuf], home: Option<&Path>) -> Vec<SkillRoot> {
+pub fn default_roots(
+    project: &Path,
+    configured: &[PathBuf],
+    home: Option<&Path>,
+) -> Vec<SkillRoot> {
     let mut roots: Vec<SkillRoot> = PROJECT_DIRS
         .iter()
         .map(|d| SkillRoot {
@@ -199,7 +203,8 @@ pub fn discover(roots: &[SkillRoot], limits: Limits) -> Discovery {
                         .map(|f| f.message.clone())
                         .collect::<Vec<_>>()
                         .join("; ");
-                    out.diagnostics.push(Diagnostic::Skipped { path: dir, reason });
+                    out.diagnostics
+                        .push(Diagnostic::Skipped { path: dir, reason });
                 }
             }
         }

@@ -114,7 +114,10 @@ fn repair_line(line: &str) -> Option<String> {
     }
     let value = value.trim();
     let first = value.chars().next()?;
-    if matches!(first, '"' | '\'' | '|' | '>' | '[' | '{' | '&' | '*' | '!' | '#') {
+    if matches!(
+        first,
+        '"' | '\'' | '|' | '>' | '[' | '{' | '&' | '*' | '!' | '#'
+    ) {
         return None;
     }
     if !(value.contains(": ") || value.ends_with(':')) {

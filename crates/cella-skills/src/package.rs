@@ -287,7 +287,11 @@ pub fn package(dir: &Path, out: &Path) -> Result<Packaged, PackageError> {
                 .add_directory(format!("{name}/{rel}/"), base.unix_permissions(0o755))
                 .map_err(zerr)?,
             Item::Link { rel, target } => zip
-                .add_symlink(format!("{name}/{rel}"), target, base.unix_permissions(0o777))
+                .add_symlink(
+                    format!("{name}/{rel}"),
+                    target,
+                    base.unix_permissions(0o777),
+                )
                 .map_err(zerr)?,
             Item::File { rel, src, mode } => {
                 let data = std::fs::read(src).map_err(io("read", src))?;
@@ -555,14 +559,15 @@ pub fn install(src: &Path, dest: &Path, force: bool) -> Result<Installed, Packag
         extract(entries, prefix.as_deref(), &stage_dir)?;
     }
 
-    let (loaded, _) = validate::load_lenient(&stage_dir).map_err(|report| PackageError::NotASkill {
-        path: src.to_path_buf(),
-        reason: report
-            .errors()
-            .map(|f| f.message.clone())
-            .collect::<Vec<_>>()
-            .join("; "),
-    })?;
+    let (loaded, _) =
+        validate::load_lenient(&stage_dir).map_err(|report| PackageError::NotASkill {
+            path: src.to_path_buf(),
+            reason: report
+                .errors()
+                .map(|f| f.message.clone())
+                .collect::<Vec<_>>()
+                .join("; "),
+        })?;
     let name = loaded.name;
     if !is_safe_name(&name) {
         return Err(PackageError::BadName { name });

@@ -243,6 +243,9 @@ mod tests {
 
     #[test]
     fn html_escape_quotes() {
-        assert_eq!(html_escape("<a href=\"x\">'&'"), "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;&#x27;");
+        assert_eq!(
+            html_escape("<a href=\"x\">'&'"),
+            "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;&#x27;"
+        );
     }
 }

@@ -177,7 +177,10 @@ impl SkillProperties {
     pub fn to_value(&self) -> Value {
         let mut m = vec![
             ("name".to_owned(), Value::Str(self.name.clone())),
-            ("description".to_owned(), Value::Str(self.description.clone())),
+            (
+                "description".to_owned(),
+                Value::Str(self.description.clone()),
+            ),
         ];
         let optional = [
             ("license", &self.license),

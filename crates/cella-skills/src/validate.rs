@@ -562,7 +562,7 @@ fn check_name(v: &Value, dir: &Path, c: &mut Collector) {
         );
     }
     // The specification's character set is ASCII a-z, 0-9 and '-', judged as written.
-    if raw.chars().any(|ch| !ch.is_ascii()) || raw != py::strip(raw) {
+    if !raw.is_ascii() || raw != py::strip(raw) {
         push(
             "name.ascii",
             Source::Spec,

@@ -75,9 +75,9 @@ impl Value {
         match self {
             Value::Str(s) => serde_json::Value::String(s.clone()),
             Value::Seq(v) => serde_json::Value::Array(v.iter().map(Value::to_json).collect()),
-            Value::Map(m) => serde_json::Value::Object(
-                m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect(),
-            ),
+            Value::Map(m) => {
+                serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
         }
     }
 }
@@ -292,16 +292,16 @@ impl Builder<'_> {
         let strict = self.dialect == Dialect::Strict;
         match event {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
-            Event::Anchor(..) | Event::UnresolvedAlias(_) => {
-                if strict {
-                    return Err(self.disallowed("anchors and aliases", &span));
-                }
+            Event::Anchor(..) | Event::UnresolvedAlias(_) if strict => {
+                return Err(self.disallowed("anchors and aliases", &span));
             }
+            Event::Anchor(..) | Event::UnresolvedAlias(_) => {}
             Event::Comment(..) => {
                 // A tab anywhere after the '#' belongs to the comment.
                 let start = self.byte(&span.start);
                 let end = self.byte(&span.end);
-                self.allowed_tab_ranges.push((start + 1, end.max(start + 1)));
+                self.allowed_tab_ranges
+                    .push((start + 1, end.max(start + 1)));
             }
             Event::DocumentStart(..) => {
                 self.documents += 1;
@@ -444,12 +444,7 @@ impl Builder<'_> {
         Ok(value)
     }
 
-    fn push_scalar(
-        &mut self,
-        value: String,
-        quoted: bool,
-        span: &Span,
-    ) -> Result<(), YamlError> {
+    fn push_scalar(&mut self, value: String, quoted: bool, span: &Span) -> Result<(), YamlError> {
         if let Some((Frame::Map { pending_key, .. }, _)) = self.stack.last_mut()
             && pending_key.is_none()
         {

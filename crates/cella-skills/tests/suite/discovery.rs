@@ -32,11 +32,26 @@ fn cella_dir_wins_within_project_and_configured_roots_sit_between() {
     let project = t.path().join("p");
     let extra = t.path().join("extra");
     let home = t.path().join("h");
-    skill(&project.join(".cella/skills"), "dup", &md("name: dup\ndescription: from cella\n"));
-    skill(&project.join(".agents/skills"), "dup", &md("name: dup\ndescription: from agents\n"));
+    skill(
+        &project.join(".cella/skills"),
+        "dup",
+        &md("name: dup\ndescription: from cella\n"),
+    );
+    skill(
+        &project.join(".agents/skills"),
+        "dup",
+        &md("name: dup\ndescription: from agents\n"),
+    );
     skill(&extra, "cfg", &md("name: cfg\ndescription: configured\n"));
-    skill(&home.join(".agents/skills"), "cfg", &md("name: cfg\ndescription: user\n"));
-    let found = discover(&default_roots(&project, &[extra], Some(&home)), Limits::default());
+    skill(
+        &home.join(".agents/skills"),
+        "cfg",
+        &md("name: cfg\ndescription: user\n"),
+    );
+    let found = discover(
+        &default_roots(&project, &[extra], Some(&home)),
+        Limits::default(),
+    );
     assert_eq!(found.get("dup").unwrap().skill.description, "from cella");
     assert_eq!(found.get("cfg").unwrap().skill.description, "configured");
     assert_eq!(found.get("cfg").unwrap().scope, Scope::Configured);
@@ -59,10 +74,12 @@ fn skips_git_node_modules_and_broken_skills_and_respects_depth() {
     let found = discover(&roots, Limits::default());
     let names: Vec<_> = found.skills.iter().map(|d| d.skill.name.as_str()).collect();
     assert_eq!(names, ["nested"]);
-    assert!(found
-        .diagnostics
-        .iter()
-        .any(|d| matches!(d, Diagnostic::Skipped { path, .. } if path.ends_with("broken"))));
+    assert!(
+        found
+            .diagnostics
+            .iter()
+            .any(|d| matches!(d, Diagnostic::Skipped { path, .. } if path.ends_with("broken")))
+    );
 }
 
 #[test]
@@ -84,10 +101,12 @@ fn directory_count_limit_stops_the_walk() {
         },
     );
     assert!(found.skills.len() < 10);
-    assert!(found
-        .diagnostics
-        .iter()
-        .any(|d| matches!(d, Diagnostic::LimitReached { .. })));
+    assert!(
+        found
+            .diagnostics
+            .iter()
+            .any(|d| matches!(d, Diagnostic::LimitReached { .. }))
+    );
 }
 
 #[cfg(unix)]

@@ -32,7 +32,11 @@ fn package_then_install_round_trips_and_is_deterministic() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(d.join("scripts/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            d.join("scripts/run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         std::os::unix::fs::symlink("scripts/run.sh", d.join("run")).unwrap();
     }
     let a = t.path().join("a.skill");
@@ -53,15 +57,27 @@ fn package_then_install_round_trips_and_is_deterministic() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(inst.dir.join("scripts/run.sh")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(inst.dir.join("scripts/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o111, 0o111);
-        assert_eq!(std::fs::read_link(inst.dir.join("run")).unwrap(), Path::new("scripts/run.sh"));
+        assert_eq!(
+            std::fs::read_link(inst.dir.join("run")).unwrap(),
+            Path::new("scripts/run.sh")
+        );
     }
     // Installing again needs --force.
-    assert!(matches!(install(&a, &dest, false), Err(PackageError::Exists { .. })));
+    assert!(matches!(
+        install(&a, &dest, false),
+        Err(PackageError::Exists { .. })
+    ));
     assert!(install(&a, &dest, true).unwrap().replaced);
     // No staging directory is left behind.
-    let left: Vec<_> = std::fs::read_dir(&dest).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left, ["round-trip"]);
 }
 
@@ -93,7 +109,10 @@ fn zip_slip_and_absolute_paths_are_refused() {
         let z = t.path().join(format!("evil{i}.zip"));
         zip_with(&z, entries);
         let err = install(&z, &dest, false).unwrap_err();
-        assert!(matches!(err, PackageError::UnsafeEntry { .. }), "{i}: {err}");
+        assert!(
+            matches!(err, PackageError::UnsafeEntry { .. }),
+            "{i}: {err}"
+        );
     }
     assert!(!t.path().join("escaped.txt").exists());
     assert!(!dest.join("evil").exists());
@@ -108,18 +127,30 @@ fn escaping_symlinks_are_refused() {
     {
         let f = std::fs::File::create(&z).unwrap();
         let mut w = zip::ZipWriter::new(f);
-        w.start_file("l/SKILL.md", SimpleFileOptions::default()).unwrap();
+        w.start_file("l/SKILL.md", SimpleFileOptions::default())
+            .unwrap();
         w.write_all(&skill_md("l")).unwrap();
-        w.add_symlink("l/passwd", "../../../etc/passwd", SimpleFileOptions::default()).unwrap();
+        w.add_symlink(
+            "l/passwd",
+            "../../../etc/passwd",
+            SimpleFileOptions::default(),
+        )
+        .unwrap();
         w.finish().unwrap();
     }
-    assert!(matches!(install(&z, &dest, false), Err(PackageError::SymlinkEscapes { .. })));
+    assert!(matches!(
+        install(&z, &dest, false),
+        Err(PackageError::SymlinkEscapes { .. })
+    ));
     // In a directory, and when packaging it.
     #[cfg(unix)]
     {
         let d = valid(t.path(), "linky");
         std::os::unix::fs::symlink("/etc/hostname", d.join("host")).unwrap();
-        assert!(matches!(install(&d, &dest, false), Err(PackageError::SymlinkEscapes { .. })));
+        assert!(matches!(
+            install(&d, &dest, false),
+            Err(PackageError::SymlinkEscapes { .. })
+        ));
         assert!(matches!(
             package(&d, &t.path().join("linky.skill")),
             Err(PackageError::SymlinkEscapes { .. })
@@ -133,13 +164,22 @@ fn archives_without_a_skill_or_with_unsafe_names_are_refused() {
     let dest = t.path().join("dest");
     let z = t.path().join("none.zip");
     zip_with(&z, &[("a/README.md", b"x"), ("b/README.md", b"y")]);
-    assert!(matches!(install(&z, &dest, false), Err(PackageError::NoSkillInArchive { .. })));
+    assert!(matches!(
+        install(&z, &dest, false),
+        Err(PackageError::NoSkillInArchive { .. })
+    ));
     let z = t.path().join("badname.zip");
     let content = md("name: ../../x\ndescription: x\n");
     zip_with(&z, &[("s/SKILL.md", content.as_bytes())]);
-    assert!(matches!(install(&z, &dest, false), Err(PackageError::BadName { .. })));
+    assert!(matches!(
+        install(&z, &dest, false),
+        Err(PackageError::BadName { .. })
+    ));
     let not_zip = t.path().join("not.zip");
     std::fs::write(&not_zip, b"hello").unwrap();
-    assert!(matches!(install(&not_zip, &dest, false), Err(PackageError::Zip { .. })));
+    assert!(matches!(
+        install(&not_zip, &dest, false),
+        Err(PackageError::Zip { .. })
+    ));
     let _ = skill;
 }

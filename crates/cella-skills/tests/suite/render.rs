@@ -14,7 +14,11 @@ fn catalog_is_omitted_without_skills() {
 #[test]
 fn catalog_matches_reference_format() {
     let t = tempfile::tempdir().unwrap();
-    let d = skill(t.path(), "pdf-reader", &md("name: pdf-reader\ndescription: Read & extract <text> from \"PDF\" files\n"));
+    let d = skill(
+        t.path(),
+        "pdf-reader",
+        &md("name: pdf-reader\ndescription: Read & extract <text> from \"PDF\" files\n"),
+    );
     let (s, _) = load_lenient(&d).unwrap();
     let got = catalog::render(&[CatalogEntry::from(&s)]);
     let loc = d.canonicalize().unwrap().join("SKILL.md");
@@ -32,7 +36,11 @@ fn catalog_matches_reference_format() {
 #[test]
 fn activation_lists_resources_without_reading_them() {
     let t = tempfile::tempdir().unwrap();
-    let d = skill(t.path(), "pdf-processing", &md("name: pdf-processing\ndescription: PDFs\n"));
+    let d = skill(
+        t.path(),
+        "pdf-processing",
+        &md("name: pdf-processing\ndescription: PDFs\n"),
+    );
     std::fs::create_dir_all(d.join("scripts")).unwrap();
     std::fs::create_dir_all(d.join("references")).unwrap();
     std::fs::create_dir_all(d.join(".git")).unwrap();

@@ -20,7 +20,9 @@ pub fn valid(parent: &Path, name: &str) -> PathBuf {
     skill(
         parent,
         name,
-        &md(&format!("name: {name}\ndescription: Does {name} things. Use when asked.\n")),
+        &md(&format!(
+            "name: {name}\ndescription: Does {name} things. Use when asked.\n"
+        )),
     )
 }
 

@@ -5,7 +5,11 @@ use cella_skills::validate::{Mode, Severity, Source, validate};
 use super::support::{md, skill, valid};
 
 fn rules(dir: &std::path::Path, mode: Mode) -> Vec<&'static str> {
-    validate(dir, mode).findings.iter().map(|f| f.rule).collect()
+    validate(dir, mode)
+        .findings
+        .iter()
+        .map(|f| f.rule)
+        .collect()
 }
 
 #[test]
@@ -22,10 +26,18 @@ fn minimal_skill_is_valid_in_every_mode() {
 #[test]
 fn findings_name_rule_field_and_value() {
     let t = tempfile::tempdir().unwrap();
-    let d = skill(t.path(), "Bad-Upper", &md("name: Bad-Upper\ndescription: x\n"));
+    let d = skill(
+        t.path(),
+        "Bad-Upper",
+        &md("name: Bad-Upper\ndescription: x\n"),
+    );
     let r = validate(&d, Mode::Strict);
     assert!(!r.valid);
-    let f = r.findings.iter().find(|f| f.rule == "name.lowercase").unwrap();
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.rule == "name.lowercase")
+        .unwrap();
     assert_eq!(f.field.as_deref(), Some("name"));
     assert_eq!(f.value.as_deref(), Some("Bad-Upper"));
     assert_eq!(f.message, "Skill name 'Bad-Upper' must be lowercase");
@@ -37,23 +49,66 @@ fn one_invalid_case_per_rule() {
     let t = tempfile::tempdir().unwrap();
     let long_name = "a".repeat(65);
     let cases: Vec<(&str, String, &str)> = vec![
-        ("unk", md("name: unk\ndescription: x\nauthor: me\n"), "fields.unknown"),
+        (
+            "unk",
+            md("name: unk\ndescription: x\nauthor: me\n"),
+            "fields.unknown",
+        ),
         ("nm", md("description: x\n"), "name.missing"),
         ("ne", md("name: ''\ndescription: x\n"), "name.empty"),
-        (&long_name, md(&format!("name: {long_name}\ndescription: x\n")), "name.length"),
+        (
+            &long_name,
+            md(&format!("name: {long_name}\ndescription: x\n")),
+            "name.length",
+        ),
         ("Up", md("name: Up\ndescription: x\n"), "name.lowercase"),
         ("-x", md("name: -x\ndescription: x\n"), "name.hyphen-edge"),
-        ("a--b", md("name: a--b\ndescription: x\n"), "name.consecutive-hyphens"),
+        (
+            "a--b",
+            md("name: a--b\ndescription: x\n"),
+            "name.consecutive-hyphens",
+        ),
         ("a_b", md("name: a_b\ndescription: x\n"), "name.characters"),
-        ("other-dir", md("name: mine\ndescription: x\n"), "name.directory"),
+        (
+            "other-dir",
+            md("name: mine\ndescription: x\n"),
+            "name.directory",
+        ),
         ("dm", md("name: dm\n"), "description.missing"),
-        ("de", md("name: de\ndescription: '  '\n"), "description.empty"),
-        ("dl", md(&format!("name: dl\ndescription: {}\n", "d".repeat(1025))), "description.length"),
-        ("ct", md("name: ct\ndescription: x\ncompatibility:\n  - a\n"), "compatibility.type"),
-        ("cl", md(&format!("name: cl\ndescription: x\ncompatibility: {}\n", "c".repeat(501))), "compatibility.length"),
+        (
+            "de",
+            md("name: de\ndescription: '  '\n"),
+            "description.empty",
+        ),
+        (
+            "dl",
+            md(&format!("name: dl\ndescription: {}\n", "d".repeat(1025))),
+            "description.length",
+        ),
+        (
+            "ct",
+            md("name: ct\ndescription: x\ncompatibility:\n  - a\n"),
+            "compatibility.type",
+        ),
+        (
+            "cl",
+            md(&format!(
+                "name: cl\ndescription: x\ncompatibility: {}\n",
+                "c".repeat(501)
+            )),
+            "compatibility.length",
+        ),
         ("fo", "name: fo\n".to_owned(), "frontmatter.opening"),
-        ("fc", "---\nname: fc\ndescription: x\n".to_owned(), "frontmatter.closing"),
-        ("fy", md("name: fy\ndescription: {a: b}\n"), "frontmatter.yaml"),
+        (
+            "fc",
+            "---\nname: fc\ndescription: x\n".to_owned(),
+            "frontmatter.closing",
+        ),
+        (
+            "fy",
+            md("name: fy\ndescription: {a: b}\n"),
+            "frontmatter.yaml",
+        ),
         ("fm", md("just a string\n"), "frontmatter.mapping"),
     ];
     for (dir, content, rule) in cases {
@@ -71,7 +126,10 @@ fn one_invalid_case_per_rule() {
     let empty = t.path().join("no-skill-md");
     std::fs::create_dir_all(&empty).unwrap();
     assert_eq!(rules(&empty, Mode::Strict), ["file.missing"]);
-    assert_eq!(rules(&t.path().join("nowhere"), Mode::Strict), ["path.missing"]);
+    assert_eq!(
+        rules(&t.path().join("nowhere"), Mode::Strict),
+        ["path.missing"]
+    );
 }
 
 #[test]
@@ -79,11 +137,31 @@ fn spec_only_rules_are_strict_only() {
     let t = tempfile::tempdir().unwrap();
     let cases = [
         ("café", md("name: café\ndescription: x\n"), "name.ascii"),
-        ("ce", md("name: ce\ndescription: x\ncompatibility: ''\n"), "compatibility.empty"),
-        ("mt", md("name: mt\ndescription: x\nmetadata:\n  k:\n    - v\n"), "metadata.type"),
-        ("ms", md("name: ms\ndescription: x\nmetadata: just-a-string\n"), "metadata.type"),
-        ("lt", md("name: lt\ndescription: x\nlicense:\n  a: b\n"), "license.type"),
-        ("at", md("name: at\ndescription: x\nallowed-tools:\n  a: b\n"), "allowed-tools.type"),
+        (
+            "ce",
+            md("name: ce\ndescription: x\ncompatibility: ''\n"),
+            "compatibility.empty",
+        ),
+        (
+            "mt",
+            md("name: mt\ndescription: x\nmetadata:\n  k:\n    - v\n"),
+            "metadata.type",
+        ),
+        (
+            "ms",
+            md("name: ms\ndescription: x\nmetadata: just-a-string\n"),
+            "metadata.type",
+        ),
+        (
+            "lt",
+            md("name: lt\ndescription: x\nlicense:\n  a: b\n"),
+            "license.type",
+        ),
+        (
+            "at",
+            md("name: at\ndescription: x\nallowed-tools:\n  a: b\n"),
+            "allowed-tools.type",
+        ),
     ];
     for (dir, content, rule) in cases {
         let d = skill(t.path(), dir, &content);
@@ -91,10 +169,18 @@ fn spec_only_rules_are_strict_only() {
         assert!(!strict.valid, "{dir}");
         let f = strict.findings.iter().find(|f| f.rule == rule).unwrap();
         assert_eq!(f.source, Source::Spec);
-        assert!(validate(&d, Mode::Reference).valid, "{dir}: skills-ref accepts it");
+        assert!(
+            validate(&d, Mode::Reference).valid,
+            "{dir}: skills-ref accepts it"
+        );
         let lenient = validate(&d, Mode::Lenient);
         assert!(lenient.valid, "{dir}: lenient loads it");
-        assert!(lenient.findings.iter().any(|f| f.rule == rule && f.severity == Severity::Warning));
+        assert!(
+            lenient
+                .findings
+                .iter()
+                .any(|f| f.rule == rule && f.severity == Severity::Warning)
+        );
     }
 }
 
@@ -104,7 +190,9 @@ fn allowed_tools_list_and_string_metadata_are_fine() {
     let d = skill(
         t.path(),
         "tools",
-        &md("name: tools\ndescription: x\nallowed-tools:\n  - Read\n  - Bash(git:*)\nmetadata:\n  author: me\n  version: \"1.0\"\nlicense: MIT\ncompatibility: Needs git\n"),
+        &md(
+            "name: tools\ndescription: x\nallowed-tools:\n  - Read\n  - Bash(git:*)\nmetadata:\n  author: me\n  version: \"1.0\"\nlicense: MIT\ncompatibility: Needs git\n",
+        ),
     );
     assert!(validate(&d, Mode::Strict).valid);
 }
@@ -116,7 +204,9 @@ fn lenient_warns_and_loads() {
     let d = skill(
         t.path(),
         "some-dir",
-        &md(&format!("name: {long}\ndescription: Use when: the user asks about PDFs\ndisable-model-invocation: true\n")),
+        &md(&format!(
+            "name: {long}\ndescription: Use when: the user asks about PDFs\ndisable-model-invocation: true\n"
+        )),
     );
     let r = validate(&d, Mode::Lenient);
     assert!(r.valid, "{:?}", r.findings);
@@ -165,11 +255,19 @@ fn skill_md_path_and_lowercase_file() {
 #[test]
 fn crlf_and_invalid_utf8() {
     let t = tempfile::tempdir().unwrap();
-    let d = skill(t.path(), "crlf", &md("name: crlf\ndescription: x\n").replace('\n', "\r\n"));
+    let d = skill(
+        t.path(),
+        "crlf",
+        &md("name: crlf\ndescription: x\n").replace('\n', "\r\n"),
+    );
     assert!(validate(&d, Mode::Strict).valid);
     let bad = t.path().join("bad-utf8");
     std::fs::create_dir_all(&bad).unwrap();
-    std::fs::write(bad.join("SKILL.md"), b"---\nname: bad-utf8\ndescription: \xff\n---\n").unwrap();
+    std::fs::write(
+        bad.join("SKILL.md"),
+        b"---\nname: bad-utf8\ndescription: \xff\n---\n",
+    )
+    .unwrap();
     let r = validate(&bad, Mode::Strict);
     assert_eq!(r.findings[0].rule, "file.unreadable");
 }

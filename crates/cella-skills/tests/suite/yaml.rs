@@ -59,12 +59,19 @@ fn strictyaml_refusals() {
 fn tabs_allowed_where_strictyaml_allows_them() {
     assert_eq!(strict("a: 'b\tc'\n").unwrap().get("a"), Some(&s("b\tc")));
     assert_eq!(strict("a: b # x\ty\n").unwrap().get("a"), Some(&s("b")));
-    assert_eq!(strict("a: |\n  x\ty\n").unwrap().get("a"), Some(&s("x\ty\n")));
+    assert_eq!(
+        strict("a: |\n  x\ty\n").unwrap().get("a"),
+        Some(&s("x\ty\n"))
+    );
 }
 
 #[test]
 fn permissive_accepts_what_strict_refuses() {
-    let v = load("a: {b: c}\nd: &x e\nf: *x\ng: [1, 2]\na2: x\na2: y\n", Dialect::Permissive).unwrap();
+    let v = load(
+        "a: {b: c}\nd: &x e\nf: *x\ng: [1, 2]\na2: x\na2: y\n",
+        Dialect::Permissive,
+    )
+    .unwrap();
     assert_eq!(v.get("a"), Some(&Value::Map(vec![("b".into(), s("c"))])));
     assert_eq!(v.get("f"), Some(&s("e")));
     assert_eq!(v.get("a2"), Some(&s("y")));
@@ -73,7 +80,10 @@ fn permissive_accepts_what_strict_refuses() {
 #[test]
 fn empty_and_scalar_documents_are_not_mappings() {
     assert!(matches!(strict("").unwrap(), Value::Str(_)));
-    assert!(matches!(strict("# only a comment\n").unwrap(), Value::Str(_)));
+    assert!(matches!(
+        strict("# only a comment\n").unwrap(),
+        Value::Str(_)
+    ));
     assert!(matches!(strict("hello\n").unwrap(), Value::Str(_)));
     assert!(matches!(strict("- a\n").unwrap(), Value::Seq(_)));
 }
@@ -82,7 +92,11 @@ fn empty_and_scalar_documents_are_not_mappings() {
 fn budgets_stop_alias_bombs_and_deep_nesting() {
     let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 0..8 {
-        let prev = if i == 0 { "a".to_owned() } else { format!("l{}", i - 1) };
+        let prev = if i == 0 {
+            "a".to_owned()
+        } else {
+            format!("l{}", i - 1)
+        };
         bomb.push_str(&format!(
             "l{i}: &l{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
         ));
@@ -91,6 +105,12 @@ fn budgets_stop_alias_bombs_and_deep_nesting() {
         load(&bomb, Dialect::Permissive),
         Err(YamlError::Budget { .. })
     ));
-    let deep = "a:\n".to_owned() + &(1..200).map(|i| format!("{}b:\n", " ".repeat(i * 2))).collect::<String>();
-    assert!(matches!(load(&deep, Dialect::Permissive), Err(YamlError::Budget { .. })));
+    let deep = "a:\n".to_owned()
+        + &(1..200)
+            .map(|i| format!("{}b:\n", " ".repeat(i * 2)))
+            .collect::<String>();
+    assert!(matches!(
+        load(&deep, Dialect::Permissive),
+        Err(YamlError::Budget { .. })
+    ));
 }

@@ -112,61 +112,229 @@ fn corpus() -> Vec<Case> {
     let name65 = format!("a{}", long('b', 64));
     let mut v = vec![
         // Valid edge cases.
-        case("minimal", md("name: minimal\ndescription: Does one thing. Use when asked.\n"), true),
-        case("all-fields", md("name: all-fields\ndescription: Everything set.\nlicense: Apache-2.0\ncompatibility: Requires git and network access\nmetadata:\n  author: example-org\n  version: \"1.0\"\nallowed-tools: Bash(git:*) Bash(jq:*) Read\n"), true),
-        case("allowed-tools-list", md("name: allowed-tools-list\ndescription: x\nallowed-tools:\n  - Read\n  - Bash(git:*)\n"), true),
-        case(&name64, md(&format!("name: {name64}\ndescription: x\n")), true),
-        case("desc-1024", md(&format!("name: desc-1024\ndescription: {}\n", long('d', 1024))), true),
-        case("compat-500", md(&format!("name: compat-500\ndescription: x\ncompatibility: {}\n", long('c', 500))), true),
+        case(
+            "minimal",
+            md("name: minimal\ndescription: Does one thing. Use when asked.\n"),
+            true,
+        ),
+        case(
+            "all-fields",
+            md(
+                "name: all-fields\ndescription: Everything set.\nlicense: Apache-2.0\ncompatibility: Requires git and network access\nmetadata:\n  author: example-org\n  version: \"1.0\"\nallowed-tools: Bash(git:*) Bash(jq:*) Read\n",
+            ),
+            true,
+        ),
+        case(
+            "allowed-tools-list",
+            md(
+                "name: allowed-tools-list\ndescription: x\nallowed-tools:\n  - Read\n  - Bash(git:*)\n",
+            ),
+            true,
+        ),
+        case(
+            &name64,
+            md(&format!("name: {name64}\ndescription: x\n")),
+            true,
+        ),
+        case(
+            "desc-1024",
+            md(&format!(
+                "name: desc-1024\ndescription: {}\n",
+                long('d', 1024)
+            )),
+            true,
+        ),
+        case(
+            "compat-500",
+            md(&format!(
+                "name: compat-500\ndescription: x\ncompatibility: {}\n",
+                long('c', 500)
+            )),
+            true,
+        ),
         case("v2", md("name: v2\ndescription: digits are fine\n"), true),
-        case("quoted-values", md("name: \"quoted-values\"\ndescription: 'It''s quoted: with a colon'\n"), true),
-        case("block-description", md("name: block-description\ndescription: |\n  Line one.\n  Line two: with colon.\n"), true),
-        case("folded-description", md("name: folded-description\ndescription: >-\n  Folded\n  text.\n"), true),
-        case("yaml-literals", md("name: yaml-literals\ndescription: yes\nlicense: 1.10\ncompatibility: null\n"), true),
-        case("comments", md("# leading comment\nname: comments  # trailing\ndescription: x # not part of it\n"), true),
-        case("crlf", md("name: crlf\ndescription: Windows line endings\n").replace('\n', "\r\n"), true),
+        case(
+            "quoted-values",
+            md("name: \"quoted-values\"\ndescription: 'It''s quoted: with a colon'\n"),
+            true,
+        ),
+        case(
+            "block-description",
+            md("name: block-description\ndescription: |\n  Line one.\n  Line two: with colon.\n"),
+            true,
+        ),
+        case(
+            "folded-description",
+            md("name: folded-description\ndescription: >-\n  Folded\n  text.\n"),
+            true,
+        ),
+        case(
+            "yaml-literals",
+            md("name: yaml-literals\ndescription: yes\nlicense: 1.10\ncompatibility: null\n"),
+            true,
+        ),
+        case(
+            "comments",
+            md("# leading comment\nname: comments  # trailing\ndescription: x # not part of it\n"),
+            true,
+        ),
+        case(
+            "crlf",
+            md("name: crlf\ndescription: Windows line endings\n").replace('\n', "\r\n"),
+            true,
+        ),
         case("no-body", "---\nname: no-body\ndescription: x\n---", true),
-        case("dashes-in-body", "---\nname: dashes-in-body\ndescription: x\n---\nbody\n---\nmore\n", true),
-        case("unicode-description", md("name: unicode-description\ndescription: 処理します — émojis 😀 fine\n"), true),
-        case("description-colon-no-space", md("name: description-colon-no-space\ndescription: ratio 1:2 and a:b\n"), true),
-        case("metadata-empty", md("name: metadata-empty\ndescription: x\nmetadata:\n"), true),
+        case(
+            "dashes-in-body",
+            "---\nname: dashes-in-body\ndescription: x\n---\nbody\n---\nmore\n",
+            true,
+        ),
+        case(
+            "unicode-description",
+            md("name: unicode-description\ndescription: 処理します — émojis 😀 fine\n"),
+            true,
+        ),
+        case(
+            "description-colon-no-space",
+            md("name: description-colon-no-space\ndescription: ratio 1:2 and a:b\n"),
+            true,
+        ),
+        case(
+            "metadata-empty",
+            md("name: metadata-empty\ndescription: x\nmetadata:\n"),
+            true,
+        ),
         // One invalid case per rule.
         case("no-frontmatter", "# Just markdown\n", false),
         case("unclosed", "---\nname: unclosed\ndescription: x\n", false),
         case("not-mapping", md("- a list\n"), false),
         case("empty-frontmatter", md(""), false),
-        case("bad-yaml-colon", md("name: bad-yaml-colon\ndescription: Use when: the user asks\n"), false),
-        case("flow-mapping", md("name: flow-mapping\ndescription: x\nmetadata: {a: b}\n"), false),
-        case("anchor-alias", md("name: anchor-alias\ndescription: &d x\nlicense: *d\n"), false),
+        case(
+            "bad-yaml-colon",
+            md("name: bad-yaml-colon\ndescription: Use when: the user asks\n"),
+            false,
+        ),
+        case(
+            "flow-mapping",
+            md("name: flow-mapping\ndescription: x\nmetadata: {a: b}\n"),
+            false,
+        ),
+        case(
+            "anchor-alias",
+            md("name: anchor-alias\ndescription: &d x\nlicense: *d\n"),
+            false,
+        ),
         case("tag", md("name: tag\ndescription: !!str x\n"), false),
-        case("duplicate-key", md("name: duplicate-key\ndescription: x\ndescription: y\n"), false),
-        case("tab-separator", md("name: tab-separator\ndescription:\tx\n"), false),
-        case("unknown-field", md("name: unknown-field\ndescription: x\nauthor: me\n"), false),
+        case(
+            "duplicate-key",
+            md("name: duplicate-key\ndescription: x\ndescription: y\n"),
+            false,
+        ),
+        case(
+            "tab-separator",
+            md("name: tab-separator\ndescription:\tx\n"),
+            false,
+        ),
+        case(
+            "unknown-field",
+            md("name: unknown-field\ndescription: x\nauthor: me\n"),
+            false,
+        ),
         case("missing-name", md("description: x\n"), false),
         case("empty-name", md("name: ''\ndescription: x\n"), false),
         case("list-name", md("name:\n  - a\ndescription: x\n"), false),
-        case(&name65, md(&format!("name: {name65}\ndescription: x\n")), false),
-        case("Upper-Case", md("name: Upper-Case\ndescription: x\n"), false),
+        case(
+            &name65,
+            md(&format!("name: {name65}\ndescription: x\n")),
+            false,
+        ),
+        case(
+            "Upper-Case",
+            md("name: Upper-Case\ndescription: x\n"),
+            false,
+        ),
         case("-leading", md("name: -leading\ndescription: x\n"), false),
         case("trailing-", md("name: trailing-\ndescription: x\n"), false),
-        case("double--hyphen", md("name: double--hyphen\ndescription: x\n"), false),
-        case("under_score", md("name: under_score\ndescription: x\n"), false),
-        case("dir-mismatch", md("name: other-name\ndescription: x\n"), false),
-        case("missing-description", md("name: missing-description\n"), false),
-        case("blank-description", md("name: blank-description\ndescription: '   '\n"), false),
-        case("desc-1025", md(&format!("name: desc-1025\ndescription: {}\n", long('d', 1025))), false),
-        case("compat-501", md(&format!("name: compat-501\ndescription: x\ncompatibility: {}\n", long('c', 501))), false),
-        case("compat-list", md("name: compat-list\ndescription: x\ncompatibility:\n  - linux\n"), false),
-        case("bom", format!("\u{feff}{}", md("name: bom\ndescription: x\n")), false),
-        case("control-char", md("name: control-char\ndescription: bell\u{7}\n"), false),
+        case(
+            "double--hyphen",
+            md("name: double--hyphen\ndescription: x\n"),
+            false,
+        ),
+        case(
+            "under_score",
+            md("name: under_score\ndescription: x\n"),
+            false,
+        ),
+        case(
+            "dir-mismatch",
+            md("name: other-name\ndescription: x\n"),
+            false,
+        ),
+        case(
+            "missing-description",
+            md("name: missing-description\n"),
+            false,
+        ),
+        case(
+            "blank-description",
+            md("name: blank-description\ndescription: '   '\n"),
+            false,
+        ),
+        case(
+            "desc-1025",
+            md(&format!(
+                "name: desc-1025\ndescription: {}\n",
+                long('d', 1025)
+            )),
+            false,
+        ),
+        case(
+            "compat-501",
+            md(&format!(
+                "name: compat-501\ndescription: x\ncompatibility: {}\n",
+                long('c', 501)
+            )),
+            false,
+        ),
+        case(
+            "compat-list",
+            md("name: compat-list\ndescription: x\ncompatibility:\n  - linux\n"),
+            false,
+        ),
+        case(
+            "bom",
+            format!("\u{feff}{}", md("name: bom\ndescription: x\n")),
+            false,
+        ),
+        case(
+            "control-char",
+            md("name: control-char\ndescription: bell\u{7}\n"),
+            false,
+        ),
         // Spec stricter than skills-ref (see SPEC_STRICTER).
         case("café", md("name: café\ndescription: x\n"), true),
         case("日本語", md("name: 日本語\ndescription: x\n"), true),
         case("straße", md("name: straße\ndescription: x\n"), true),
-        case("quoted-space-name", md("name: ' quoted-space-name '\ndescription: x\n"), true),
-        case("empty-compat", md("name: empty-compat\ndescription: x\ncompatibility: ''\n"), true),
-        case("nested-metadata", md("name: nested-metadata\ndescription: x\nmetadata:\n  tags:\n    - a\n    - b\n"), true),
-        case("license-mapping", md("name: license-mapping\ndescription: x\nlicense:\n  name: MIT\n"), true),
+        case(
+            "quoted-space-name",
+            md("name: ' quoted-space-name '\ndescription: x\n"),
+            true,
+        ),
+        case(
+            "empty-compat",
+            md("name: empty-compat\ndescription: x\ncompatibility: ''\n"),
+            true,
+        ),
+        case(
+            "nested-metadata",
+            md("name: nested-metadata\ndescription: x\nmetadata:\n  tags:\n    - a\n    - b\n"),
+            true,
+        ),
+        case(
+            "license-mapping",
+            md("name: license-mapping\ndescription: x\nlicense:\n  name: MIT\n"),
+            true,
+        ),
     ];
     let mut bad_utf8 = md("name: bad-utf8\ndescription: x\n").into_bytes();
     bad_utf8.extend_from_slice(b"\xff\xfe");
@@ -204,24 +372,63 @@ fn conformance_corpus_verdicts() {
         let refmode = cella(&["validate", "--reference", path]);
         let strict_valid = strict.status.code() == Some(0);
         let ref_valid = refmode.status.code() == Some(0);
-        assert!(matches!(strict.status.code(), Some(0 | 1)), "{}: {strict:?}", c.dir);
+        assert!(
+            matches!(strict.status.code(), Some(0 | 1)),
+            "{}: {strict:?}",
+            c.dir
+        );
         // --reference reproduces skills-ref's verdict on every case.
-        assert_eq!(ref_valid, c.reference_valid, "--reference on {}: {}", c.dir, err(&refmode));
+        assert_eq!(
+            ref_valid,
+            c.reference_valid,
+            "--reference on {}: {}",
+            c.dir,
+            err(&refmode)
+        );
         if let Some(rule) = strict_rule(&c.dir) {
-            assert!(c.reference_valid && !strict_valid, "{} should differ", c.dir);
-            assert!(err(&strict).contains(&format!("rule {rule}")), "{}: {}", c.dir, err(&strict));
+            assert!(
+                c.reference_valid && !strict_valid,
+                "{} should differ",
+                c.dir
+            );
+            assert!(
+                err(&strict).contains(&format!("rule {rule}")),
+                "{}: {}",
+                c.dir,
+                err(&strict)
+            );
             documented += 1;
         } else {
-            assert_eq!(strict_valid, c.reference_valid, "--strict on {}: {}", c.dir, err(&strict));
+            assert_eq!(
+                strict_valid,
+                c.reference_valid,
+                "--strict on {}: {}",
+                c.dir,
+                err(&strict)
+            );
             agree += 1;
         }
         if let Some(bin) = &agentskills {
             let r = reference(bin, &["validate", path]);
             let r_valid = r.status.code() == Some(0);
-            assert_eq!(r_valid, c.reference_valid, "skills-ref on {}: {}", c.dir, err(&r));
-            assert_eq!(r_valid, ref_valid, "cella --reference vs skills-ref on {}", c.dir);
+            assert_eq!(
+                r_valid,
+                c.reference_valid,
+                "skills-ref on {}: {}",
+                c.dir,
+                err(&r)
+            );
+            assert_eq!(
+                r_valid, ref_valid,
+                "cella --reference vs skills-ref on {}",
+                c.dir
+            );
             if strict_rule(&c.dir).is_none() {
-                assert_eq!(strict_valid, r_valid, "cella --strict vs skills-ref on {}", c.dir);
+                assert_eq!(
+                    strict_valid, r_valid,
+                    "cella --strict vs skills-ref on {}",
+                    c.dir
+                );
             }
             compared += 1;
         }
@@ -237,8 +444,16 @@ fn conformance_corpus_verdicts() {
 #[test]
 fn validate_output_like_skills_ref() {
     let t = tempfile::tempdir().expect("tempdir");
-    let ok = write_skill(t.path(), "good", md("name: good\ndescription: x\n").as_bytes());
-    let bad = write_skill(t.path(), "Bad-Upper", md("name: Bad-Upper\ndescription: x\n").as_bytes());
+    let ok = write_skill(
+        t.path(),
+        "good",
+        md("name: good\ndescription: x\n").as_bytes(),
+    );
+    let bad = write_skill(
+        t.path(),
+        "Bad-Upper",
+        md("name: Bad-Upper\ndescription: x\n").as_bytes(),
+    );
     let o = cella(&["validate", ok.to_str().unwrap_or_default()]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(out(&o), format!("Valid skill: {}\n", ok.display()));
@@ -257,7 +472,11 @@ fn validate_output_like_skills_ref() {
     }
     // Several paths: exit 1 when any is invalid; SKILL.md paths stand for their directory.
     let skill_md = ok.join("SKILL.md");
-    let o = cella(&["validate", skill_md.to_str().unwrap_or_default(), bad.to_str().unwrap_or_default()]);
+    let o = cella(&[
+        "validate",
+        skill_md.to_str().unwrap_or_default(),
+        bad.to_str().unwrap_or_default(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(out(&o).contains(&format!("Valid skill: {}", ok.display())));
     // JSON reports.
@@ -288,7 +507,11 @@ fn lenient_loads_what_strict_flags() {
     assert!(err(&lenient).starts_with("Warnings for "));
     // A colon-in-value skill: invalid strictly, repaired leniently.
     let t = tempfile::tempdir().expect("tempdir");
-    let c = write_skill(t.path(), "colon", md("name: colon\ndescription: Use when: asked\n").as_bytes());
+    let c = write_skill(
+        t.path(),
+        "colon",
+        md("name: colon\ndescription: Use when: asked\n").as_bytes(),
+    );
     let p = c.to_str().unwrap_or_default();
     assert_eq!(cella(&["validate", p]).status.code(), Some(1));
     let l = cella(&["validate", "--lenient", p]);
@@ -306,12 +529,18 @@ fn read_properties_and_to_prompt_match_skills_ref() {
         write_skill(t.path(), "Invalid_But_Readable", md("name: Invalid_But_Readable\ndescription: x\nextra: field\n").as_bytes()),
     ];
     let paths: Vec<String> = skills.iter().map(|p| p.display().to_string()).collect();
-    let ours: Vec<Output> = paths.iter().map(|p| cella(&["read-properties", p])).collect();
+    let ours: Vec<Output> = paths
+        .iter()
+        .map(|p| cella(&["read-properties", p]))
+        .collect();
     for o in &ours {
         assert_eq!(o.status.code(), Some(0), "{}", err(o));
         let _: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     }
-    assert!(out(&ours[2]).contains("\\u51e6\\u7406"), "non-ASCII is escaped like Python's json.dumps");
+    assert!(
+        out(&ours[2]).contains("\\u51e6\\u7406"),
+        "non-ASCII is escaped like Python's json.dumps"
+    );
     let mut args: Vec<&str> = vec!["to-prompt"];
     args.extend(paths.iter().map(String::as_str));
     let skill_md = skills[1].join("SKILL.md");
@@ -345,7 +574,8 @@ fn read_properties_and_to_prompt_match_skills_ref() {
 
 #[test]
 fn anthropic_skills_through_the_cli() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cella-skills/tests/data/anthropic-skills");
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../cella-skills/tests/data/anthropic-skills");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .expect("anthropic data")
         .filter_map(Result::ok)
@@ -387,9 +617,21 @@ fn ls_discovers_with_shadowing_and_catalog() {
     let o = cella_in(&["ls", "--catalog"], Some(&project), &[("HOME", &home)]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(out(&o), "");
-    write_skill(&project.join(".agents/skills"), "review", md("name: review\ndescription: project review\n").as_bytes());
-    write_skill(&home.join(".agents/skills"), "review", md("name: review\ndescription: user review\n").as_bytes());
-    write_skill(&home.join(".agents/skills"), "notes", md("name: notes\ndescription: user notes\n").as_bytes());
+    write_skill(
+        &project.join(".agents/skills"),
+        "review",
+        md("name: review\ndescription: project review\n").as_bytes(),
+    );
+    write_skill(
+        &home.join(".agents/skills"),
+        "review",
+        md("name: review\ndescription: user review\n").as_bytes(),
+    );
+    write_skill(
+        &home.join(".agents/skills"),
+        "notes",
+        md("name: notes\ndescription: user notes\n").as_bytes(),
+    );
     let o = cella_in(&["ls", "--json"], Some(&project), &[("HOME", &home)]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
@@ -404,13 +646,28 @@ fn ls_discovers_with_shadowing_and_catalog() {
     assert!(err(&o).contains("warning: skill 'review'"), "{}", err(&o));
     assert!(out(&o).contains("review"));
     let o = cella_in(&["ls", "--catalog"], Some(&project), &[("HOME", &home)]);
-    assert!(out(&o).starts_with("<available_skills>\n<skill>\n<name>\nreview\n</name>\n<description>\nproject review\n"));
+    assert!(out(&o).starts_with(
+        "<available_skills>\n<skill>\n<name>\nreview\n</name>\n<description>\nproject review\n"
+    ));
     // Configured roots through the environment.
     let extra = t.path().join("extra");
-    write_skill(&extra, "extra-skill", md("name: extra-skill\ndescription: x\n").as_bytes());
-    let o = cella_in(&["ls", "--json", "--no-user"], Some(&project), &[("CELLA_SKILLS_PATH", &extra)]);
+    write_skill(
+        &extra,
+        "extra-skill",
+        md("name: extra-skill\ndescription: x\n").as_bytes(),
+    );
+    let o = cella_in(
+        &["ls", "--json", "--no-user"],
+        Some(&project),
+        &[("CELLA_SKILLS_PATH", &extra)],
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let names: Vec<&str> = v["skills"].as_array().expect("skills").iter().filter_map(|s| s["name"].as_str()).collect();
+    let names: Vec<&str> = v["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
     assert_eq!(names, ["review", "extra-skill"]);
 }
 
@@ -421,40 +678,123 @@ fn new_package_install_activate() {
     let o = cella_in(&["new", "my-skill", "--dir", "."], Some(base), &[]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let skill = base.join("my-skill");
-    assert_eq!(cella(&["validate", skill.to_str().unwrap_or_default()]).status.code(), Some(0));
+    assert_eq!(
+        cella(&["validate", skill.to_str().unwrap_or_default()])
+            .status
+            .code(),
+        Some(0)
+    );
     if let Some(bin) = agentskills() {
-        assert_eq!(reference(&bin, &["validate", skill.to_str().unwrap_or_default()]).status.code(), Some(0));
+        assert_eq!(
+            reference(&bin, &["validate", skill.to_str().unwrap_or_default()])
+                .status
+                .code(),
+            Some(0)
+        );
     }
-    assert_ne!(cella_in(&["new", "Bad_Name"], Some(base), &[]).status.code(), Some(0));
-    assert_ne!(cella_in(&["new", "my-skill"], Some(base), &[]).status.code(), Some(0));
+    assert_ne!(
+        cella_in(&["new", "Bad_Name"], Some(base), &[])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_ne!(
+        cella_in(&["new", "my-skill"], Some(base), &[])
+            .status
+            .code(),
+        Some(0)
+    );
 
     std::fs::create_dir_all(skill.join("scripts")).expect("mkdir");
     std::fs::write(skill.join("scripts/run.py"), "print('hi')\n").expect("write");
     let o = cella_in(&["package", "my-skill"], Some(base), &[]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(base.join("my-skill.skill").is_file());
-    let o = cella_in(&["install", "my-skill.skill", "--dest", "installed"], Some(base), &[]);
+    let o = cella_in(
+        &["install", "my-skill.skill", "--dest", "installed"],
+        Some(base),
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(base.join("installed/my-skill/scripts/run.py").is_file());
-    assert_ne!(cella_in(&["install", "my-skill.skill", "--dest", "installed"], Some(base), &[]).status.code(), Some(0));
-    assert_eq!(cella_in(&["install", "my-skill.skill", "--dest", "installed", "--force"], Some(base), &[]).status.code(), Some(0));
+    assert_ne!(
+        cella_in(
+            &["install", "my-skill.skill", "--dest", "installed"],
+            Some(base),
+            &[]
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    assert_eq!(
+        cella_in(
+            &[
+                "install",
+                "my-skill.skill",
+                "--dest",
+                "installed",
+                "--force"
+            ],
+            Some(base),
+            &[]
+        )
+        .status
+        .code(),
+        Some(0)
+    );
     // Default destination: ./.agents/skills, which ls then finds.
-    assert_eq!(cella_in(&["install", "my-skill"], Some(base), &[]).status.code(), Some(0));
+    assert_eq!(
+        cella_in(&["install", "my-skill"], Some(base), &[])
+            .status
+            .code(),
+        Some(0)
+    );
     let o = cella_in(&["ls", "--json", "--no-user"], Some(base), &[]);
     assert!(out(&o).contains("\"my-skill\""));
 
-    let o = cella(&["activate", base.join("installed/my-skill").to_str().unwrap_or_default()]);
+    let o = cella(&[
+        "activate",
+        base.join("installed/my-skill").to_str().unwrap_or_default(),
+    ]);
     assert_eq!(o.status.code(), Some(0));
     let text = out(&o);
     assert!(text.starts_with("<skill_content name=\"my-skill\">\n# my-skill"));
-    assert!(text.contains("<skill_resources>\n  <file>scripts/run.py</file>\n</skill_resources>\n</skill_content>"));
+    assert!(text.contains(
+        "<skill_resources>\n  <file>scripts/run.py</file>\n</skill_resources>\n</skill_content>"
+    ));
     assert!(!text.contains("print('hi')"));
 
     // Strictly invalid skills are not packaged without --force.
-    let bad = write_skill(base, "bad-pkg", md("name: bad-pkg\ndescription: x\nextra: y\n").as_bytes());
+    let bad = write_skill(
+        base,
+        "bad-pkg",
+        md("name: bad-pkg\ndescription: x\nextra: y\n").as_bytes(),
+    );
     let b = bad.to_str().unwrap_or_default();
-    assert_eq!(cella(&["package", b, "-o", base.join("bad.zip").to_str().unwrap_or_default()]).status.code(), Some(1));
-    assert_eq!(cella(&["package", b, "--force", "-o", base.join("bad.zip").to_str().unwrap_or_default()]).status.code(), Some(0));
+    assert_eq!(
+        cella(&[
+            "package",
+            b,
+            "-o",
+            base.join("bad.zip").to_str().unwrap_or_default()
+        ])
+        .status
+        .code(),
+        Some(1)
+    );
+    assert_eq!(
+        cella(&[
+            "package",
+            b,
+            "--force",
+            "-o",
+            base.join("bad.zip").to_str().unwrap_or_default()
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
 }
 
 #[test]
@@ -462,8 +802,23 @@ fn install_refuses_zip_slip() {
     let t = tempfile::tempdir().expect("tempdir");
     let z = t.path().join("evil.zip");
     // A hand-built stored zip with a '../' entry, so this test needs no zip library.
-    std::fs::write(&z, stored_zip(&[("evil/SKILL.md", md("name: evil\ndescription: x\n").as_bytes()), ("evil/../../pwned", b"x")])).expect("write zip");
-    let o = cella(&["install", z.to_str().unwrap_or_default(), "--dest", t.path().join("dest").to_str().unwrap_or_default()]);
+    std::fs::write(
+        &z,
+        stored_zip(&[
+            (
+                "evil/SKILL.md",
+                md("name: evil\ndescription: x\n").as_bytes(),
+            ),
+            ("evil/../../pwned", b"x"),
+        ]),
+    )
+    .expect("write zip");
+    let o = cella(&[
+        "install",
+        z.to_str().unwrap_or_default(),
+        "--dest",
+        t.path().join("dest").to_str().unwrap_or_default(),
+    ]);
     assert_ne!(o.status.code(), Some(0));
     assert!(err(&o).contains("zip-slip"), "{}", err(&o));
     assert!(!t.path().join("pwned").exists());
@@ -476,7 +831,11 @@ fn stored_zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
         for &b in data {
             crc ^= u32::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
             }
         }
         !crc
@@ -525,7 +884,16 @@ fn stored_zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
 fn help_texts_describe_the_commands() {
     let o = cella(&["--help"]);
     assert_eq!(o.status.code(), Some(0));
-    for cmd in ["validate", "read-properties", "to-prompt", "ls", "new", "package", "install", "activate"] {
+    for cmd in [
+        "validate",
+        "read-properties",
+        "to-prompt",
+        "ls",
+        "new",
+        "package",
+        "install",
+        "activate",
+    ] {
         assert!(out(&o).contains(cmd), "{cmd} missing from help");
     }
     let o = cella(&["validate", "--help"]);
