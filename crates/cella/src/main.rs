@@ -46,7 +46,10 @@ enum Command {
 
 fn main() -> ExitCode {
     // The helper path must not pay for argument parsing machinery it does not need.
-    if std::env::args_os().nth(1).is_some_and(|a| a == cella_sandbox::native::HELPER_SUBCOMMAND) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cella_sandbox::native::HELPER_SUBCOMMAND)
+    {
         cella_sandbox::native::init::run_helper(commands::guest::run_in_sandbox);
     }
     let cli = Cli::parse();

@@ -49,7 +49,14 @@ impl Series {
             let idx = ((p / 100.0) * (ms.len() - 1) as f64).round() as usize;
             ms[idx.min(ms.len() - 1)]
         };
-        Series { name: name.into(), runs: ms.len(), p50_ms: pct(50.0), p90_ms: pct(90.0), p99_ms: pct(99.0), min_ms: ms.first().copied().unwrap_or(f64::NAN) }
+        Series {
+            name: name.into(),
+            runs: ms.len(),
+            p50_ms: pct(50.0),
+            p90_ms: pct(90.0),
+            p99_ms: pct(99.0),
+            min_ms: ms.first().copied().unwrap_or(f64::NAN),
+        }
     }
 }
 
@@ -73,14 +80,37 @@ fn bwrap_command() -> anyhow::Result<std::process::Command> {
     let mut c = std::process::Command::new(bwrap);
     // Equivalent isolation: every namespace, read-only /usr, fresh /proc, minimal /dev, private
     // /tmp and home, all capabilities dropped, a new session.
-    c.args(["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]);
+    c.args([
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]);
     for l in ["bin", "sbin", "lib", "lib64"] {
         if let Ok(t) = std::fs::read_link(format!("/{l}")) {
             c.args(["--symlink", &t.to_string_lossy(), &format!("/{l}")]);
         }
     }
-    c.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home/user", "--chdir", "/home/user", "/bin/true"]);
-    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    c.args([
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/home/user",
+        "--chdir",
+        "/home/user",
+        "/bin/true",
+    ]);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     Ok(c)
 }
 
@@ -95,7 +125,13 @@ fn time_process(mut cmd: std::process::Command) -> anyhow::Result<Duration> {
 }
 
 async fn run_true(client: &EnvdClient) -> anyhow::Result<()> {
-    let req = StartRequest { process: Some(ProcessConfig { cmd: "/bin/true".into(), ..Default::default() }), ..Default::default() };
+    let req = StartRequest {
+        process: Some(ProcessConfig {
+            cmd: "/bin/true".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let mut s = client.start(&req, None).await?;
     while let Some(ev) = s.next().await {
         if let ProcessEvent::End(end) = ev? {
@@ -116,10 +152,13 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
     let rt = super::local::runtime()?;
     let backend = super::local::native_backend()?;
     let spec = SandboxSpec::default();
-    let (mut inproc, mut bw, mut cli, mut bw_cli, mut exec_rt) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut inproc, mut bw, mut cli, mut bw_cli, mut exec_rt) =
+        (vec![], vec![], vec![], vec![], vec![]);
     // Warm-up: page cache, template preparation.
     rt.block_on(async {
-        let i = backend.create(&cella_proto::ids::new_sandbox_id(), &spec).await?;
+        let i = backend
+            .create(&cella_proto::ids::new_sandbox_id(), &spec)
+            .await?;
         let _ = backend.kill(&i).await;
         anyhow::Ok(())
     })?;
@@ -131,7 +170,9 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         // In-process create → exec → destroy (what the server pays per sandbox).
         let d = rt.block_on(async {
             let t = Instant::now();
-            let i = backend.create(&cella_proto::ids::new_sandbox_id(), &spec).await?;
+            let i = backend
+                .create(&cella_proto::ids::new_sandbox_id(), &spec)
+                .await?;
             let Transport::Unix(sock) = &i.transport;
             let client = EnvdClient::unix(sock.clone());
             run_true(&client).await?;
@@ -141,13 +182,18 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         inproc.push(d);
         bw.push(time_process(bwrap_command()?)?);
         let mut c = std::process::Command::new(&exe);
-        c.args(["exec", "--", "/bin/true"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        c.args(["exec", "--", "/bin/true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         cli.push(time_process(c)?);
         bw_cli.push(time_process(bwrap_command()?)?);
     }
     // Exec round trip on an already running sandbox.
     rt.block_on(async {
-        let i = backend.create(&cella_proto::ids::new_sandbox_id(), &spec).await?;
+        let i = backend
+            .create(&cella_proto::ids::new_sandbox_id(), &spec)
+            .await?;
         let Transport::Unix(sock) = &i.transport;
         let client = EnvdClient::unix(sock.clone());
         run_true(&client).await?;
@@ -177,12 +223,24 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{:<42} {:>5} {:>9} {:>9} {:>9} {:>9}", "measurement", "runs", "p50 ms", "p90 ms", "p99 ms", "min ms");
+        println!(
+            "{:<42} {:>5} {:>9} {:>9} {:>9} {:>9}",
+            "measurement", "runs", "p50 ms", "p90 ms", "p99 ms", "min ms"
+        );
         for s in &report.series {
-            println!("{:<42} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}", s.name, s.runs, s.p50_ms, s.p90_ms, s.p99_ms, s.min_ms);
+            println!(
+                "{:<42} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                s.name, s.runs, s.p50_ms, s.p90_ms, s.p99_ms, s.min_ms
+            );
         }
-        println!("\nratio (median) cella in-process / bwrap: {:.2}x", report.ratio_inprocess_vs_bwrap);
-        println!("ratio (median) cella exec CLI / bwrap:   {:.2}x", report.ratio_cli_vs_bwrap);
+        println!(
+            "\nratio (median) cella in-process / bwrap: {:.2}x",
+            report.ratio_inprocess_vs_bwrap
+        );
+        println!(
+            "ratio (median) cella exec CLI / bwrap:   {:.2}x",
+            report.ratio_cli_vs_bwrap
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

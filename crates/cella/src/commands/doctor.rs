@@ -14,15 +14,37 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("kernel {} ({})", report.kernel, if report.running_as_root { "running as root" } else { "running unprivileged" });
+        println!(
+            "kernel {} ({})",
+            report.kernel,
+            if report.running_as_root {
+                "running as root"
+            } else {
+                "running unprivileged"
+            }
+        );
         println!();
         for c in &report.checks {
-            println!("  {} {:<32} {}", if c.ok { "ok  " } else { "no  " }, c.name, c.detail);
+            println!(
+                "  {} {:<32} {}",
+                if c.ok { "ok  " } else { "no  " },
+                c.name,
+                c.detail
+            );
         }
         println!("\nbackends:");
         for b in &report.backends {
-            println!("  {} {:<10} {}", if b.usable { "ok  " } else { "no  " }, b.name, b.detail);
+            println!(
+                "  {} {:<10} {}",
+                if b.usable { "ok  " } else { "no  " },
+                b.name,
+                b.detail
+            );
         }
     }
-    Ok(if report.backends.iter().any(|b| b.usable) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.backends.iter().any(|b| b.usable) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cella_proto::Code;
-use cella_proto::process::{ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, SendInputRequest, StartRequest};
+use cella_proto::process::{
+    ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, SendInputRequest,
+    StartRequest,
+};
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::{self, Limits, Network, SandboxSpec, WORKSPACE};
 use cella_sandbox::{ClientError, EnvdClient, Transport};
@@ -50,7 +53,10 @@ pub struct SandboxOptions {
 impl SandboxOptions {
     pub fn spec(&self) -> anyhow::Result<SandboxSpec> {
         if !(self.cpus > 0.0 && self.cpus <= 1024.0) {
-            bail!("--cpus must be a positive number of cores, got {}", self.cpus);
+            bail!(
+                "--cpus must be a positive number of cores, got {}",
+                self.cpus
+            );
         }
         if self.pids == 0 {
             bail!("--pids must be at least 1");
@@ -62,7 +68,12 @@ impl SandboxOptions {
         }
         Ok(SandboxSpec {
             template: self.template.clone(),
-            limits: Limits { memory_bytes: Some(self.memory), cpus: Some(self.cpus), pids: Some(self.pids), disk_bytes: Some(self.disk) },
+            limits: Limits {
+                memory_bytes: Some(self.memory),
+                cpus: Some(self.cpus),
+                pids: Some(self.pids),
+                disk_bytes: Some(self.disk),
+            },
             network: self.network.clone(),
             envs: BTreeMap::new(),
             workdir: self.workdir.clone(),
@@ -81,7 +92,9 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit status: the command's own; 124 if --timeout killed it; 137 if the memory limit did; 127 if the command was not found; 125 if the sandbox could not be created.")]
+#[command(
+    after_help = "Exit status: the command's own; 124 if --timeout killed it; 137 if the memory limit did; 127 if the command was not found; 125 if the sandbox could not be created."
+)]
 pub struct ExecArgs {
     #[command(flatten)]
     pub sandbox: SandboxOptions,
@@ -92,7 +105,12 @@ pub struct ExecArgs {
     #[arg(long, short)]
     pub verbose: bool,
     /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -120,7 +138,10 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
         }
     }
     if args.verbose {
-        eprintln!("cella: sandbox {id} ready in {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
+        eprintln!(
+            "cella: sandbox {id} ready in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
     }
     let Transport::Unix(socket) = &instance.transport;
     let client = EnvdClient::unix(socket.clone());
@@ -131,12 +152,18 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
     Ok(match outcome {
         Outcome::Exited(code) => {
             if code == 137 && oom {
-                eprintln!("cella: killed: the command ran out of memory (limit {} MiB)", spec.limits.memory_bytes.unwrap_or(0) >> 20);
+                eprintln!(
+                    "cella: killed: the command ran out of memory (limit {} MiB)",
+                    spec.limits.memory_bytes.unwrap_or(0) >> 20
+                );
             }
             u8::try_from(code.clamp(0, 255)).unwrap_or(1)
         }
         Outcome::TimedOut(t) => {
-            eprintln!("cella: timed out after {}: the sandbox was killed", humantime(t));
+            eprintln!(
+                "cella: timed out after {}: the sandbox was killed",
+                humantime(t)
+            );
             124
         }
         Outcome::Interrupted => 130,
@@ -148,7 +175,11 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
 }
 
 fn humantime(d: Duration) -> String {
-    if d.as_millis() < 1000 { format!("{} ms", d.as_millis()) } else { format!("{:.1} s", d.as_secs_f64()) }
+    if d.as_millis() < 1000 {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
 }
 
 enum Outcome {
@@ -158,7 +189,11 @@ enum Outcome {
     NotStarted(u8, String),
 }
 
-async fn run_command(client: &EnvdClient, args: &ExecArgs, spec: &SandboxSpec) -> anyhow::Result<Outcome> {
+async fn run_command(
+    client: &EnvdClient,
+    args: &ExecArgs,
+    spec: &SandboxSpec,
+) -> anyhow::Result<Outcome> {
     let pipe_stdin = !std::io::stdin().is_terminal();
     let req = StartRequest {
         process: Some(ProcessConfig {
@@ -171,12 +206,23 @@ async fn run_command(client: &EnvdClient, args: &ExecArgs, spec: &SandboxSpec) -
         tag: None,
         stdin: Some(pipe_stdin),
     };
-    let user = if args.sandbox.root { Some("root") } else { None };
+    let user = if args.sandbox.root {
+        Some("root")
+    } else {
+        None
+    };
     let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut stream = match client.start(&req, user).await {
         Ok(s) => s,
-        Err(ClientError::Rpc(e)) if e.code == Code::NotFound => return Ok(Outcome::NotStarted(127, format!("command not found in the sandbox: {}", e.message))),
-        Err(ClientError::Rpc(e)) if e.code == Code::PermissionDenied => return Ok(Outcome::NotStarted(126, e.message)),
+        Err(ClientError::Rpc(e)) if e.code == Code::NotFound => {
+            return Ok(Outcome::NotStarted(
+                127,
+                format!("command not found in the sandbox: {}", e.message),
+            ));
+        }
+        Err(ClientError::Rpc(e)) if e.code == Code::PermissionDenied => {
+            return Ok(Outcome::NotStarted(126, e.message));
+        }
         Err(e) => return Err(e).context("starting the command in the sandbox"),
     };
     let mut stdout = std::io::stdout();
@@ -235,11 +281,22 @@ async fn feed_stdin(client: EnvdClient, pid: u32, user: Option<String>) {
         }
     });
     while let Some(chunk) = rx.recv().await {
-        let req = SendInputRequest { process: Some(ProcessSelector::Pid(pid)), input: Some(ProcessInput::Stdin(chunk.into())) };
-        if client.unary::<_, serde_json::Value>("/process.Process/SendInput", &req, user.as_deref()).await.is_err() {
+        let req = SendInputRequest {
+            process: Some(ProcessSelector::Pid(pid)),
+            input: Some(ProcessInput::Stdin(chunk.into())),
+        };
+        if client
+            .unary::<_, serde_json::Value>("/process.Process/SendInput", &req, user.as_deref())
+            .await
+            .is_err()
+        {
             return;
         }
     }
-    let close = cella_proto::process::CloseStdinRequest { process: Some(ProcessSelector::Pid(pid)) };
-    let _ = client.unary::<_, serde_json::Value>("/process.Process/CloseStdin", &close, user.as_deref()).await;
+    let close = cella_proto::process::CloseStdinRequest {
+        process: Some(ProcessSelector::Pid(pid)),
+    };
+    let _ = client
+        .unary::<_, serde_json::Value>("/process.Process/CloseStdin", &close, user.as_deref())
+        .await;
 }

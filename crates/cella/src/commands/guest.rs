@@ -21,7 +21,9 @@ pub fn run_in_sandbox(listener: UnixListener, guest: GuestConfig) -> ! {
 }
 
 fn serve(listener: UnixListener, guest: GuestConfig, pid1: bool) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         Reaper::global().start()?;
         if pid1 {
@@ -50,7 +52,15 @@ pub struct EnvdArgs {
 
 pub fn run_standalone(args: EnvdArgs) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_file(&args.socket);
-    let listener = UnixListener::bind(&args.socket).map_err(|e| anyhow::anyhow!("binding {}: {e}", args.socket.display()))?;
-    serve(listener, GuestConfig { default_user: args.default_user, ..Default::default() }, false)?;
+    let listener = UnixListener::bind(&args.socket)
+        .map_err(|e| anyhow::anyhow!("binding {}: {e}", args.socket.display()))?;
+    serve(
+        listener,
+        GuestConfig {
+            default_user: args.default_user,
+            ..Default::default()
+        },
+        false,
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -6,11 +6,16 @@ use cella_sandbox::native::{NativeBackend, NativeConfig};
 
 /// The native backend, using this very binary as the sandbox helper.
 pub fn native_backend() -> anyhow::Result<NativeBackend> {
-    let exe = std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
-    NativeBackend::new(NativeConfig::with_helper(exe)).context("preparing the native sandbox backend")
+    let exe =
+        std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
+    NativeBackend::new(NativeConfig::with_helper(exe))
+        .context("preparing the native sandbox backend")
 }
 
 /// A single-threaded runtime: the local commands drive one sandbox at a time.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }

@@ -6,7 +6,10 @@ use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use cella_proto::process::{ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, Pty, PtySize, SendInputRequest, StartRequest, UpdateRequest};
+use cella_proto::process::{
+    ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, Pty, PtySize,
+    SendInputRequest, StartRequest, UpdateRequest,
+};
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::WORKSPACE;
 use cella_sandbox::{EnvdClient, Transport};
@@ -34,7 +37,10 @@ impl RawMode {
         let mut t: libc::termios = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         if unsafe { libc::tcgetattr(fd, &mut t) } != 0 {
-            bail!("reading terminal settings: {}", std::io::Error::last_os_error());
+            bail!(
+                "reading terminal settings: {}",
+                std::io::Error::last_os_error()
+            );
         }
         let saved = t;
         // SAFETY: cfmakeraw edits the struct in place.
@@ -58,7 +64,9 @@ fn terminal_size() -> (u32, u32) {
     // SAFETY: winsize is plain data; TIOCGWINSZ fills it.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: ioctl on stdout with a valid winsize pointer.
-    if unsafe { libc::ioctl(std::io::stdout().as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
+    if unsafe { libc::ioctl(std::io::stdout().as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } == 0
+        && ws.ws_col > 0
+    {
         (u32::from(ws.ws_col), u32::from(ws.ws_row))
     } else {
         (80, 24)
@@ -74,7 +82,10 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let backend = super::local::native_backend()?;
         let id = cella_proto::ids::new_sandbox_id();
-        let instance = backend.create(&id, &spec).await.context("creating the sandbox")?;
+        let instance = backend
+            .create(&id, &spec)
+            .await
+            .context("creating the sandbox")?;
         for w in &instance.warnings {
             eprintln!("cella: warning: {w}");
         }
@@ -86,9 +97,17 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn session(client: &EnvdClient, args: &ShellArgs, workspace: bool) -> anyhow::Result<ExitCode> {
+async fn session(
+    client: &EnvdClient,
+    args: &ShellArgs,
+    workspace: bool,
+) -> anyhow::Result<ExitCode> {
     let (cols, rows) = terminal_size();
-    let user = if args.sandbox.root { Some("root") } else { None };
+    let user = if args.sandbox.root {
+        Some("root")
+    } else {
+        None
+    };
     let req = StartRequest {
         process: Some(ProcessConfig {
             cmd: args.shell.clone(),
@@ -96,11 +115,16 @@ async fn session(client: &EnvdClient, args: &ShellArgs, workspace: bool) -> anyh
             envs: args.sandbox.env.iter().cloned().collect(),
             cwd: workspace.then(|| WORKSPACE.to_string()),
         }),
-        pty: Some(Pty { size: Some(PtySize { cols, rows }) }),
+        pty: Some(Pty {
+            size: Some(PtySize { cols, rows }),
+        }),
         tag: None,
         stdin: None,
     };
-    let mut stream = client.start(&req, user).await.context("starting the shell")?;
+    let mut stream = client
+        .start(&req, user)
+        .await
+        .context("starting the shell")?;
     let pid = match stream.next().await {
         Some(Ok(ProcessEvent::Start { pid })) => pid,
         Some(Err(e)) => return Err(e).context("starting the shell"),
