@@ -61,6 +61,10 @@ pub struct SandboxSpec {
     pub envs: BTreeMap<String, String>,
     /// A host directory bound read-write at [`WORKSPACE`] and used as the working directory.
     pub workdir: Option<PathBuf>,
+    /// Agent Skills mounted read-only at `/skills/<name>`: name → host directory. Names are
+    /// validated (no path separators, no `..`) before anything is mounted.
+    #[serde(default)]
+    pub skills: BTreeMap<String, PathBuf>,
     /// The user processes run as when a request names none.
     pub default_user: String,
     /// How long the sandbox may live; it is killed at `created + lifetime`.
@@ -79,10 +83,32 @@ impl Default for SandboxSpec {
             network: Network::None,
             envs: BTreeMap::new(),
             workdir: None,
+            skills: BTreeMap::new(),
             default_user: "user".into(),
             lifetime: None,
             metadata: BTreeMap::new(),
         }
+    }
+}
+
+/// Where skills appear inside the sandbox.
+pub const SKILLS_DIR: &str = "/skills";
+
+/// Checks a skill name used as a directory under [`SKILLS_DIR`].
+pub fn validate_skill_mount_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid skill name {name:?} for a sandbox mount: use lowercase letters, digits and hyphens"
+        ))
     }
 }
 

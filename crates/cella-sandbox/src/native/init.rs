@@ -59,6 +59,8 @@ pub struct InitRequest {
     pub etc: PathBuf,
     pub limits: Limits,
     pub workdir: Option<PathBuf>,
+    #[serde(default)]
+    pub skills: BTreeMap<String, PathBuf>,
     pub guest: GuestConfig,
     /// First host uid/gid of the sandbox's 65536 ids when cella runs as root.
     pub id_base: u32,
@@ -380,6 +382,7 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
         disk_bytes: ctx.req.limits.disk_bytes,
         etc: &ctx.req.etc,
         workspace,
+        skills: &ctx.req.skills,
         user_id: USER_ID,
         has_root: !ctx.rootless,
     };

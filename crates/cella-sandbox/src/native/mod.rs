@@ -190,6 +190,15 @@ impl Backend for NativeBackend {
                 })?),
                 None => None,
             };
+            for (name, host) in &spec.skills {
+                crate::spec::validate_skill_mount_name(name).map_err(SandboxError::Create)?;
+                if !host.join("SKILL.md").is_file() && !host.join("skill.md").is_file() {
+                    return Err(SandboxError::Create(format!(
+                        "skill {name:?} at {} has no SKILL.md",
+                        host.display()
+                    )));
+                }
+            }
             let dir = self.config.run_dir.join(id);
             let req = InitRequest {
                 id: id.to_string(),
@@ -202,6 +211,7 @@ impl Backend for NativeBackend {
                     envs: spec.envs.clone(),
                 },
                 workdir,
+                skills: spec.skills.clone(),
                 id_base: self.config.id_base,
             };
             let (mut child, report) = self.spawn_helper(&req).await?;

@@ -129,6 +129,8 @@ pub struct Plan<'a> {
     pub etc: &'a Path,
     /// An idmapped detached mount of the host work directory, or its path for a plain bind.
     pub workspace: Option<Workspace<'a>>,
+    /// Skills to bind read-only at `/skills/<name>`.
+    pub skills: &'a std::collections::BTreeMap<String, PathBuf>,
     /// uid/gid of the sandbox's `user` as seen inside (1000).
     pub user_id: u32,
     /// Whether uid 0 exists inside (false when rootless: only `user` is mapped).
@@ -223,6 +225,16 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
         None,
     ) {
         warnings.push(format!("no /sys in the sandbox: {e}"));
+    }
+    if !plan.skills.is_empty() {
+        let skills = root.join("skills");
+        mkdir(&skills, 0o755)?;
+        for (name, host) in plan.skills {
+            crate::spec::validate_skill_mount_name(name).map_err(io::Error::other)?;
+            let target = skills.join(name);
+            mkdir(&target, 0o755)?;
+            sys::bind(host, &target, ro | libc::MS_NOEXEC)?;
+        }
     }
     if let Some(ws) = &plan.workspace {
         let target = root.join("workspace");

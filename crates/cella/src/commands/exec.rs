@@ -77,6 +77,7 @@ impl SandboxOptions {
             network: self.network.clone(),
             envs: BTreeMap::new(),
             workdir: self.workdir.clone(),
+            skills: BTreeMap::new(),
             default_user: "user".into(),
             lifetime: None,
             metadata: BTreeMap::new(),

@@ -336,7 +336,11 @@ async fn keepalives_arrive_and_orphans_are_reaped() {
     let mgr = manager();
     let sb = mgr.create(SandboxSpec::default()).await.expect("create");
     let req = start("/bin/bash", &["-c", "sleep 1.5"]);
-    let mut s = sb.envd.stream("/process.Process/Start", &req, None, Some(1)).await.expect("start");
+    let mut s = sb
+        .envd
+        .stream("/process.Process/Start", &req, None, Some(1))
+        .await
+        .expect("start");
     let mut keepalives = 0;
     while let Some(msg) = s.next::<ProcessEventMessage>().await {
         match msg.expect("event").event {
@@ -345,10 +349,48 @@ async fn keepalives_arrive_and_orphans_are_reaped() {
             _ => {}
         }
     }
-    assert!(keepalives >= 1, "no keepalive within 1.5 s at a 1 s interval");
+    assert!(
+        keepalives >= 1,
+        "no keepalive within 1.5 s at a 1 s interval"
+    );
     // Orphans re-parented to envd (PID 1) are reaped: no zombies accumulate.
     let events = run_to_end(&sb.envd, &start("/bin/bash", &["-c", "for i in 1 2 3 4 5; do (sleep 0.05 &); done; sleep 0.5; ps -eo stat= | grep -c Z || true"])).await;
     let (out, _, _) = output(&events);
     assert_eq!(out.trim(), "0", "zombies left: {out}");
     mgr.kill(&sb.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn skills_are_mounted_read_only_and_bad_names_refused() {
+    let skill = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        skill.path().join("SKILL.md"),
+        "---\nname: hello\ndescription: says hello\n---\nRun scripts/hi.sh\n",
+    )
+    .expect("write");
+    std::fs::create_dir(skill.path().join("scripts")).expect("mkdir");
+    std::fs::write(skill.path().join("scripts/hi.sh"), "echo hi from skill\n").expect("write");
+    let mgr = manager();
+    let mut spec = SandboxSpec::default();
+    spec.skills
+        .insert("hello".into(), skill.path().to_path_buf());
+    let sb = mgr.create(spec).await.expect("create");
+    let events = run_to_end(&sb.envd, &start("/bin/bash", &["-c", "head -2 /skills/hello/SKILL.md; bash /skills/hello/scripts/hi.sh; touch /skills/hello/x 2>&1; rm /skills/hello/SKILL.md 2>&1; true"])).await;
+    let (out, _, _) = output(&events);
+    assert!(
+        out.contains("name: hello") && out.contains("hi from skill"),
+        "{out}"
+    );
+    assert_eq!(out.matches("Read-only file system").count(), 2, "{out}");
+    assert!(skill.path().join("SKILL.md").exists());
+    mgr.kill(&sb.id).await.expect("kill");
+    for bad in ["../etc", "a/b", "..", ""] {
+        let mut spec = SandboxSpec::default();
+        spec.skills.insert(bad.into(), skill.path().to_path_buf());
+        let err = mgr.create(spec).await.err().expect("refused");
+        assert!(
+            err.to_string().contains("invalid skill name"),
+            "{bad}: {err}"
+        );
+    }
 }
