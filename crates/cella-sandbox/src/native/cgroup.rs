@@ -257,21 +257,19 @@ impl CgroupPaths {
             .map(|(_, p)| p.as_path())
     }
 
-    /// Moves the calling process into every cgroup of the sandbox.
-    pub fn enter(&self) -> io::Result<()> {
-        for dir in self.dirs() {
-            write(dir, "cgroup.procs", "0")?;
-        }
-        Ok(())
+    /// The `cgroup.procs` files of every cgroup of the sandbox (for callers that place a
+    /// process themselves, e.g. benchmark baselines).
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs()
+            .into_iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect()
     }
 
-    /// Moves the calling process back to the cgroups the sandbox's were created under (the
-    /// helper does this after its child inherited the sandbox's cgroups, so they can be removed).
-    pub fn leave(&self) -> io::Result<()> {
+    /// Moves process `pid` (and its threads) into every cgroup of the sandbox.
+    pub fn attach(&self, pid: i32) -> io::Result<()> {
         for dir in self.dirs() {
-            if let Some(origin) = dir.parent().and_then(Path::parent) {
-                write(origin, "cgroup.procs", "0")?;
-            }
+            write(dir, "cgroup.procs", &pid.to_string())?;
         }
         Ok(())
     }

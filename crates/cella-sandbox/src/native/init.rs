@@ -156,11 +156,6 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
 
     let (cgroup, cg_warnings) = CgroupPaths::create(&req.id, &req.limits);
     warnings.extend(cg_warnings);
-    if let Err(e) = cgroup.enter() {
-        warnings.push(format!(
-            "resource limits not enforced: joining the sandbox cgroup failed: {e}"
-        ));
-    }
 
     let socket = req.dir.join("envd.sock");
     let _ = std::fs::remove_file(&socket);
@@ -227,13 +222,6 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     drop(go_r);
     drop(ready_w);
     drop(listener);
-    // The child inherited the sandbox's cgroups; the helper leaves them so they empty when the
-    // sandbox ends.
-    if let Err(e) = cgroup.leave() {
-        warnings.push(format!(
-            "the helper could not leave the sandbox cgroup: {e}"
-        ));
-    }
     drop(workspace_tree);
 
     let kill_child = |e: String| {
@@ -245,6 +233,16 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     write_id_maps(pid, rootless, req.id_base).map_err(&kill_child)?;
     let mut go = std::fs::File::from(go_w);
     go.write_all(b"g")
+        .map_err(|e| kill_child(format!("starting the sandbox: {e}")))?;
+    // Joining cgroups can cost a kernel RCU grace period (~10 ms on cgroup v1), so it happens
+    // here, while the child builds its root filesystem; the child waits for it before it runs
+    // anything of the sandbox's.
+    if let Err(e) = cgroup.attach(pid) {
+        warnings.push(format!(
+            "resource limits not enforced: joining the sandbox cgroup failed: {e}"
+        ));
+    }
+    go.write_all(b"a")
         .map_err(|e| kill_child(format!("starting the sandbox: {e}")))?;
     drop(go);
 
@@ -353,11 +351,9 @@ struct ChildContext<'a> {
 
 /// Everything the sandbox's init does before it becomes envd.
 fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, String> {
+    let mut go = std::fs::File::from(go);
     let mut b = [0u8; 1];
-    let n = std::fs::File::from(go)
-        .read(&mut b)
-        .map_err(|e| e.to_string())?;
-    if n != 1 {
+    if go.read(&mut b).map_err(|e| e.to_string())? != 1 {
         return Err("the helper went away before the id maps were written".into());
     }
     if !ctx.rootless {
@@ -390,6 +386,13 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
     sys::sethostname("cella").map_err(|e| e.to_string())?;
     sys::loopback_up().map_err(|e| e.to_string())?;
     sys::pivot_into(&root).map_err(|e| e.to_string())?;
+    // Wait until the helper has moved us into the sandbox's cgroups, then root our cgroup
+    // namespace there so nothing inside sees the host's cgroup paths.
+    if go.read(&mut b).map_err(|e| e.to_string())? != 1 {
+        return Err("the helper went away before joining the sandbox cgroups".into());
+    }
+    drop(go);
+    sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| e.to_string())?;
 
     // Descriptors: only the listener, the ready pipe and the log survive; stdio goes to the log.
     let null = std::fs::File::open("/dev/null").map_err(|e| format!("opening /dev/null: {e}"))?;

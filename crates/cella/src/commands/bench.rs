@@ -67,6 +67,10 @@ struct Report {
     ratio_inprocess_vs_bwrap: f64,
     /// `cella exec -- /bin/true` process median over `bwrap … /bin/true` process median.
     ratio_cli_vs_bwrap: f64,
+    /// The same ratios against bwrap placed in cgroups with the same limits (equivalent
+    /// resource isolation; cgroup v1 joins cost a kernel RCU grace period).
+    ratio_inprocess_vs_bwrap_cgroup: f64,
+    ratio_cli_vs_bwrap_cgroup: f64,
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -114,6 +118,47 @@ fn bwrap_command() -> anyhow::Result<std::process::Command> {
     Ok(c)
 }
 
+/// bwrap inside fresh cgroups with the same limits as a cella sandbox: the baseline with
+/// equivalent resource isolation (cgroup creation, limits, joining, removal are all timed).
+fn time_bwrap_in_cgroup(n: usize, spec: &SandboxSpec) -> anyhow::Result<Duration> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let t = Instant::now();
+    let (cg, _warnings) =
+        cella_sandbox::native::cgroup::CgroupPaths::create(&format!("benchbwrap{n}"), &spec.limits);
+    let files: Vec<std::ffi::CString> = cg
+        .procs_files()
+        .iter()
+        .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok())
+        .collect();
+    let mut cmd = bwrap_command()?;
+    // SAFETY: between fork and exec the closure only calls open, write and close (async-signal-
+    // safe) on paths prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for f in &files {
+                let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                libc::close(fd);
+                if !ok {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status().context("running bwrap in a cgroup")?;
+    cg.remove();
+    let d = t.elapsed();
+    if !status.success() {
+        bail!("bwrap in a cgroup failed: {status}");
+    }
+    Ok(d)
+}
+
 fn time_process(mut cmd: std::process::Command) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let status = cmd.status().context("running the benchmark process")?;
@@ -154,6 +199,7 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
     let spec = SandboxSpec::default();
     let (mut inproc, mut bw, mut cli, mut bw_cli, mut exec_rt) =
         (vec![], vec![], vec![], vec![], vec![]);
+    let mut bw_cg = vec![];
     // Warm-up: page cache, template preparation.
     rt.block_on(async {
         let i = backend
@@ -188,6 +234,7 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
             .stderr(Stdio::null());
         cli.push(time_process(c)?);
         bw_cli.push(time_process(bwrap_command()?)?);
+        bw_cg.push(time_bwrap_in_cgroup(n, &spec)?);
     }
     // Exec round trip on an already running sandbox.
     rt.block_on(async {
@@ -214,8 +261,11 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         Series::from("cella exec -- /bin/true (whole process)", &cli),
         Series::from("bwrap /bin/true (baseline for the CLI)", &bw_cli),
         Series::from("exec /bin/true in a running sandbox", &exec_rt),
+        Series::from("bwrap /bin/true in cgroups with the same limits", &bw_cg),
     ];
     let report = Report {
+        ratio_inprocess_vs_bwrap_cgroup: series[0].p50_ms / series[5].p50_ms,
+        ratio_cli_vs_bwrap_cgroup: series[2].p50_ms / series[5].p50_ms,
         ratio_inprocess_vs_bwrap: series[0].p50_ms / series[1].p50_ms,
         ratio_cli_vs_bwrap: series[2].p50_ms / series[3].p50_ms,
         series,
@@ -229,7 +279,7 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         );
         for s in &report.series {
             println!(
-                "{:<42} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "{:<48} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
                 s.name, s.runs, s.p50_ms, s.p90_ms, s.p99_ms, s.min_ms
             );
         }
@@ -240,6 +290,14 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         println!(
             "ratio (median) cella exec CLI / bwrap:   {:.2}x",
             report.ratio_cli_vs_bwrap
+        );
+        println!(
+            "ratio (median) cella in-process / bwrap in cgroups: {:.2}x",
+            report.ratio_inprocess_vs_bwrap_cgroup
+        );
+        println!(
+            "ratio (median) cella exec CLI / bwrap in cgroups:   {:.2}x",
+            report.ratio_cli_vs_bwrap_cgroup
         );
     }
     Ok(ExitCode::SUCCESS)
