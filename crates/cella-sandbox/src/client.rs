@@ -206,6 +206,17 @@ impl EnvdClient {
         }
     }
 
+    /// `GET path` and its JSON answer (envd's `/metrics`, `/envs`).
+    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        let req = Request::get(path)
+            .header("host", "envd")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let resp = self.send(req).await?;
+        let bytes = resp.into_body().collect().await.map_err(|e| ClientError::Http(e.to_string()))?.to_bytes();
+        serde_json::from_slice(&bytes).map_err(|e| RpcError::internal(format!("malformed JSON from envd {path}: {e}")).into())
+    }
+
     /// Whether the agent answers `/health`.
     pub async fn healthy(&self) -> bool {
         let Ok(req) = Request::get("/health")
