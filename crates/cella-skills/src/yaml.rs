@@ -182,6 +182,102 @@ pub fn load(text: &str, dialect: Dialect) -> Result<Value, YamlError> {
     if dialect == Dialect::Strict {
         check_printable(text)?;
     }
+    // strictyaml drops a leading byte-order mark and keeps any other as text; the parser refuses
+    // a BOM inside a document, so interior ones travel as a stand-in character and come back.
+    let body = text.strip_prefix(BOM).unwrap_or(text);
+    if body.contains(BOM) && !body.contains(BOM_STAND_IN) {
+        let swapped = body.replace(BOM, "\u{fdd0}");
+        let mut value = load_text(&swapped, dialect)?;
+        restore_bom(&mut value);
+        return Ok(match value {
+            Value::Str(_) => Value::Str(text.to_owned()),
+            v => v,
+        });
+    }
+    load_text(body, dialect).map(|v| match v {
+        Value::Str(_) => Value::Str(text.to_owned()),
+        v => v,
+    })
+}
+
+const BOM: char = '\u{feff}';
+/// A noncharacter used in place of interior byte-order marks while parsing.
+const BOM_STAND_IN: char = '\u{fdd0}';
+
+fn restore_bom(v: &mut Value) {
+    let fix = |s: &mut String| {
+        if s.contains(BOM_STAND_IN) {
+            *s = s.replace(BOM_STAND_IN, "\u{feff}");
+        }
+    };
+    match v {
+        Value::Str(s) => fix(s),
+        Value::Seq(items) => items.iter_mut().for_each(restore_bom),
+        Value::Map(m) => {
+            for (k, val) in m.iter_mut() {
+                fix(k);
+                restore_bom(val);
+            }
+        }
+    }
+}
+
+/// Most continuation lines re-indented by [`load_text`].
+const MAX_REINDENTS: usize = 256;
+
+/// Parses, accepting what PyYAML-family parsers accept and YAML 1.2 does not: continuation
+/// lines of a multi-line quoted scalar indented no deeper than its parent. Leading white space
+/// of such lines is folded away, so indenting the offending line by one space changes nothing
+/// in the value; the parser is re-run until it passes or fails otherwise.
+fn load_text(text: &str, dialect: Dialect) -> Result<Value, YamlError> {
+    let mut owned: Option<String> = None;
+    for _ in 0..MAX_REINDENTS {
+        let current = owned.as_deref().unwrap_or(text);
+        match load_once(current, dialect) {
+            Err(Reject::Quoted { line, error }) => {
+                let Some(fixed) = indent_line(current, line) else {
+                    return Err(error);
+                };
+                owned = Some(fixed);
+            }
+            Err(Reject::Other(e)) => return Err(e),
+            Ok(v) => return Ok(v),
+        }
+    }
+    load_once(owned.as_deref().unwrap_or(text), dialect).map_err(|r| match r {
+        Reject::Quoted { error, .. } | Reject::Other(error) => error,
+    })
+}
+
+enum Reject {
+    /// A quoted scalar's continuation line (1-based) is under-indented.
+    Quoted {
+        line: usize,
+        error: YamlError,
+    },
+    Other(YamlError),
+}
+
+impl From<YamlError> for Reject {
+    fn from(e: YamlError) -> Self {
+        Reject::Other(e)
+    }
+}
+
+fn indent_line(text: &str, line: usize) -> Option<String> {
+    let start = if line <= 1 {
+        0
+    } else {
+        text.match_indices('\n').nth(line - 2).map(|(i, _)| i + 1)?
+    };
+    let mut out = String::with_capacity(text.len() + 1);
+    out.push_str(&text[..start]);
+    out.push(' ');
+    out.push_str(&text[start..]);
+    Some(out)
+}
+
+fn load_once(text: &str, dialect: Dialect) -> Result<Value, Reject> {
     let mut builder = Builder {
         text,
         dialect,
@@ -193,10 +289,23 @@ pub fn load(text: &str, dialect: Dialect) -> Result<Value, YamlError> {
         allowed_tab_ranges: Vec::new(),
     };
     for item in Parser::new_from_str(text) {
-        let (event, span) = item.map_err(|e| YamlError::Syntax {
-            message: e.info(),
-            line: e.marker().line(),
-            column: e.marker().col() + 1,
+        let (event, span) = item.map_err(|e| {
+            let error = YamlError::Syntax {
+                message: e.info(),
+                line: e.marker().line(),
+                column: e.marker().col() + 1,
+            };
+            if matches!(
+                e.kind(),
+                granit_parser::ErrorKind::InvalidQuotedScalarIndent
+            ) {
+                Reject::Quoted {
+                    line: e.marker().line(),
+                    error,
+                }
+            } else {
+                Reject::Other(error)
+            }
         })?;
         builder.event(event, span)?;
     }

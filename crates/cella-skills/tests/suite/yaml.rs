@@ -114,3 +114,16 @@ fn budgets_stop_alias_bombs_and_deep_nesting() {
         Err(YamlError::Budget { .. })
     ));
 }
+
+#[test]
+fn quoted_continuation_lines_at_column_zero_are_accepted_like_pyyaml() {
+    let v = strict("description: \"wrapped\nat column zero\"\nb: 'x\n# not a comment'\n").unwrap();
+    assert_eq!(v.get("description"), Some(&s("wrapped at column zero")));
+    assert_eq!(v.get("b"), Some(&s("x # not a comment")));
+}
+
+#[test]
+fn byte_order_marks_inside_are_text() {
+    let v = strict("\u{feff}a: x\u{feff}y\n").unwrap();
+    assert_eq!(v.get("a"), Some(&s("x\u{feff}y")));
+}

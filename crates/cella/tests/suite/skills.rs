@@ -204,6 +204,27 @@ fn corpus() -> Vec<Case> {
             md("name: metadata-empty\ndescription: x\nmetadata:\n"),
             true,
         ),
+        case(
+            "wrapped-quoted",
+            md(
+                "name: wrapped-quoted\ndescription: \"A long description\nwrapped at column zero\"\n",
+            ),
+            true,
+        ),
+        case(
+            "wrapped-plain",
+            md(
+                "name: wrapped-plain\ndescription: A long description\n  continued on the next line\n",
+            ),
+            true,
+        ),
+        case(
+            "license-sentence",
+            md(
+                "name: license-sentence\ndescription: x\nlicense: Proprietary. LICENSE.txt has complete terms\n",
+            ),
+            true,
+        ),
         // One invalid case per rule.
         case("no-frontmatter", "# Just markdown\n", false),
         case("unclosed", "---\nname: unclosed\ndescription: x\n", false),
@@ -309,6 +330,18 @@ fn corpus() -> Vec<Case> {
         case(
             "control-char",
             md("name: control-char\ndescription: bell\u{7}\n"),
+            false,
+        ),
+        case(
+            "plain-wrap-column-zero",
+            md(
+                "name: plain-wrap-column-zero\ndescription: A long description\nwrapped at column zero\n",
+            ),
+            false,
+        ),
+        case(
+            "indented-key",
+            md("name: indented-key\n  description: x\n"),
             false,
         ),
         // Spec stricter than skills-ref (see SPEC_STRICTER).
