@@ -933,3 +933,185 @@ fn help_texts_describe_the_commands() {
     assert!(out(&o).contains("--lenient"));
     assert!(out(&o).contains("skills-ref"));
 }
+
+/// Frontmatter fragments a random corpus is assembled from: valid and broken YAML, every field,
+/// strictyaml's refusals, the spec's stricter cases.
+const FRAGMENTS: &[&str] = &[
+    "name: {n}\n",
+    "description: Does things. Use when asked.\n",
+    "license: MIT\n",
+    "compatibility: needs git\n",
+    "metadata:\n  author: me\n  version: \"1.0\"\n",
+    "allowed-tools: Bash(git:*) Read\n",
+    "# comment\n",
+    "\n",
+    "description: |\n  multi\n  line\n",
+    "description: 'quoted: yes'\n",
+    "description: \"dq \\u00e9\"\n",
+    "description: Use when: colon\n",
+    "extra: field\n",
+    "name: Bad-Name\n",
+    "name: -x\n",
+    "name: a--b\n",
+    "name: café\n",
+    "compatibility: \"\"\n",
+    "metadata: str\n",
+    "metadata:\n  nested:\n    k: v\n",
+    "allowed-tools:\n  - Read\n  - Bash\n",
+    "license:\n  a: b\n",
+    "description:\n",
+    "name:\n",
+    "  indented: x\n",
+    "name: {n}   # trailing comment\n",
+    "description: >\n  folded\n  text\n",
+    "description: a\tb\n",
+    "x: [1]\n",
+    "name: \"{n}\"\n",
+    "name: '{n}'\n",
+    "? name\n: {n}\n",
+    "description: - item\n",
+    "description: @at\n",
+    "description: \"unterminated\n",
+    "description: 'it''s'\n",
+    "metadata:\n  - a\n",
+    "description: x\n  continued\n",
+    "description: x\n continued less\n",
+    "<<:\n  x: y\n",
+    "description: \"a\\qb\"\n",
+    "description: null\n",
+    "description: 1.10\n",
+    "description: '  '\n",
+    "\"name\": {n}\n",
+    "description: \"wrapped\nat column zero\"\n",
+    "description: plain\nwrapped\n",
+    "description: x # c\n# full line\n",
+    "name : {n}\n",
+    "description: ‘smart’ “quotes” ¿qué?\n",
+    "description: x:\n",
+    "description: &a x\n",
+    "description: !!str x\n",
+    "description: {x\n",
+    "description: x,y\n",
+    "description: \u{7}\n",
+];
+
+/// Fields added to an otherwise valid skill.
+const OPTIONAL_FRAGMENTS: &[&str] = &[
+    "license: MIT\n",
+    "license: Proprietary. LICENSE.txt has complete terms\n",
+    "compatibility: Requires git, docker, jq, and access to the internet\n",
+    "compatibility: \"\"\n",
+    "metadata:\n  author: example-org\n  version: \"1.0\"\n",
+    "metadata:\n  tags:\n    - a\n",
+    "metadata: {a: b}\n",
+    "allowed-tools: Bash(git:*) Bash(jq:*) Read\n",
+    "allowed-tools:\n  - Read\n",
+    "# a comment\n",
+    "\n",
+    "disable-model-invocation: true\n",
+    "license:\n  name: MIT\n",
+    "compatibility:\n  - linux\n",
+];
+
+/// Deterministic xorshift64*, so the random corpus is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n as u64).unwrap_or(0)
+    }
+}
+
+/// Random frontmatter (fragments combined, then characters YAML cares about inserted), judged
+/// by skills-ref in one Python process and by `cella skills validate --reference/--strict`.
+/// `--reference` must agree on every skill; `--strict` too, except where its extra findings are
+/// all specification rules.
+#[test]
+fn random_corpus_matches_skills_ref() {
+    let Some(bin) = agentskills() else { return };
+    let python = bin.with_file_name("python");
+    let t = tempfile::tempdir().expect("tempdir");
+    let mut rng = Rng(0x5eed_cafe_f00d_0001);
+    let inserts = [
+        ":", " ", "\t", "#", "-", "\"", "'", "\n", "{", "[", "&", "*", "!", "|", ">", "?", "%",
+        "@", "a", "\n  ", "...",
+    ];
+    let count = 1500;
+    let mut dirs = Vec::with_capacity(count);
+    for i in 0..count {
+        let name = format!("r{i:04}");
+        let mut fm = String::new();
+        if i % 2 == 0 {
+            // A valid skill plus optional fields (some of them broken).
+            fm.push_str("name: {n}\ndescription: A skill. Use it when asked.\n");
+            for _ in 0..rng.below(3) {
+                fm.push_str(OPTIONAL_FRAGMENTS[rng.below(OPTIONAL_FRAGMENTS.len())]);
+            }
+        } else {
+            for _ in 0..=rng.below(5) {
+                fm.push_str(FRAGMENTS[rng.below(FRAGMENTS.len())]);
+            }
+        }
+        if i % 3 == 1 || i % 6 == 0 {
+            let mut chars: Vec<char> = fm.chars().collect();
+            for _ in 0..=rng.below(3) {
+                let at = rng.below(chars.len() + 1);
+                let ins = inserts[rng.below(inserts.len())];
+                for (k, c) in ins.chars().enumerate() {
+                    chars.insert(at + k, c);
+                }
+            }
+            fm = chars.into_iter().collect();
+        }
+        let content = format!("---\n{}---\n# body\n", fm.replace("{n}", &name));
+        dirs.push(write_skill(t.path(), &name, content.as_bytes()));
+    }
+    let script = "import json, sys\nfrom pathlib import Path\nfrom skills_ref.validator import validate\nout = {}\nfor d in sys.argv[1:]:\n    try:\n        out[d] = not validate(Path(d))\n    except Exception:\n        out[d] = False\nprint(json.dumps(out))\n";
+    let paths: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let py = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .args(&paths)
+        .output()
+        .expect("running skills-ref");
+    assert!(py.status.success(), "{}", err(&py));
+    let expected: std::collections::HashMap<String, bool> =
+        serde_json::from_slice(&py.stdout).expect("skills-ref json");
+    let mut args = vec!["validate", "--reference", "--json"];
+    args.extend(paths.iter().map(String::as_str));
+    let reference_reports: serde_json::Value =
+        serde_json::from_slice(&cella(&args).stdout).expect("reference json");
+    args[1] = "--strict";
+    let strict_reports: serde_json::Value =
+        serde_json::from_slice(&cella(&args).stdout).expect("strict json");
+    let (mut valid, mut spec_only) = (0, 0);
+    for (i, p) in paths.iter().enumerate() {
+        let want = expected[p];
+        let r = &reference_reports[i];
+        assert_eq!(
+            r["valid"],
+            want,
+            "--reference on {p}: {}",
+            std::fs::read_to_string(dirs[i].join("SKILL.md")).unwrap_or_default()
+        );
+        let s = &strict_reports[i];
+        if s["valid"] != want {
+            let findings = s["findings"].as_array().expect("findings");
+            let extra: Vec<&serde_json::Value> =
+                findings.iter().filter(|f| f["source"] != "spec").collect();
+            assert!(want && extra.is_empty(), "--strict on {p}: {findings:?}");
+            spec_only += 1;
+        }
+        valid += usize::from(want);
+    }
+    eprintln!(
+        "random corpus: {count} skills ({valid} valid per skills-ref); --reference agrees on all; --strict differs on {spec_only}, each only by specification rules"
+    );
+}
