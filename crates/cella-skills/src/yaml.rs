@@ -344,8 +344,13 @@ fn check_printable(text: &str) -> Result<(), YamlError> {
 /// strictyaml's scanner only skips spaces between tokens; a tab is fine only inside quoted
 /// scalars, block scalar content and comments.
 fn check_tabs(text: &str, allowed: &[(usize, usize)]) -> Result<(), YamlError> {
+    let mut ranges = allowed.to_vec();
+    ranges.sort_unstable();
     for (pos, _) in text.match_indices('\t') {
-        if allowed.iter().any(|&(s, e)| s <= pos && pos < e) {
+        // The last range starting at or before `pos` is the only one that can hold it once
+        // ranges are sorted, because ranges never overlap (they are distinct tokens).
+        let idx = ranges.partition_point(|&(s, _)| s <= pos);
+        if idx > 0 && pos < ranges[idx - 1].1 {
             continue;
         }
         let before = &text[..pos];
