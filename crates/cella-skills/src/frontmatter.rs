@@ -104,7 +104,8 @@ pub fn quote_colon_values(frontmatter: &str) -> Option<String> {
 }
 
 fn repair_line(line: &str) -> Option<String> {
-    let (key, value) = line.split_once(": ")?;
+    let indent = &line[..line.len() - line.trim_start_matches(' ').len()];
+    let (key, value) = line[indent.len()..].split_once(": ")?;
     if key.is_empty()
         || !key
             .chars()
@@ -123,7 +124,7 @@ fn repair_line(line: &str) -> Option<String> {
     if !(value.contains(": ") || value.ends_with(':')) {
         return None;
     }
-    Some(format!("{key}: {}", crate::yaml::quote(value)))
+    Some(format!("{indent}{key}: {}", crate::yaml::quote(value)))
 }
 
 #[cfg(test)]
@@ -160,6 +161,10 @@ mod tests {
         let fixed = quote_colon_values("name: x\ndescription: Use when: the user asks\n").unwrap();
         assert_eq!(fixed, "name: x\ndescription: \"Use when: the user asks\"\n");
         assert_eq!(quote_colon_values("name: x\n"), None);
+        assert_eq!(
+            quote_colon_values("metadata:\n  note: see: here\n").unwrap(),
+            "metadata:\n  note: \"see: here\"\n"
+        );
     }
 
     #[test]

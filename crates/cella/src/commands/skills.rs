@@ -18,7 +18,7 @@ use cella_skills::{activation, catalog, package, skill, validate};
 /// Agent Skills commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum SkillsCommand {
-    /// Check skills against the Agent Skills specification.
+    /// Check skills against the Agent Skills specification
     ///
     /// Exit status 0 when every PATH is valid, 1 otherwise. Errors go to stderr, one per line,
     /// naming the rule, the field and the offending value.
@@ -59,7 +59,7 @@ pub enum SkillsCommand {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
-    /// List the skills cella discovers.
+    /// List the skills cella discovers
     ///
     /// Roots, highest precedence first: ./.cella/skills, ./.agents/skills, ./.claude/skills,
     /// then --root and $CELLA_SKILLS_PATH (colon-separated), then ~/.cella/skills and
