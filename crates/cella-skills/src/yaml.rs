@@ -224,6 +224,8 @@ fn restore_bom(v: &mut Value) {
 
 /// Most continuation lines re-indented by [`load_text`].
 const MAX_REINDENTS: usize = 256;
+/// Largest text [`load_text`] re-parses to re-indent (frontmatter is normally a few KiB).
+const MAX_REINDENT_TEXT: usize = 256 * 1024;
 
 /// Parses, accepting what PyYAML-family parsers accept and YAML 1.2 does not: continuation
 /// lines of a multi-line quoted scalar indented no deeper than its parent. Leading white space
@@ -235,6 +237,9 @@ fn load_text(text: &str, dialect: Dialect) -> Result<Value, YamlError> {
         let current = owned.as_deref().unwrap_or(text);
         match load_once(current, dialect) {
             Err(Reject::Quoted { line, error }) => {
+                if current.len() > MAX_REINDENT_TEXT {
+                    return Err(error);
+                }
                 let Some(fixed) = indent_line(current, line) else {
                     return Err(error);
                 };
