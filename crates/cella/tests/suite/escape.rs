@@ -79,6 +79,7 @@ fn host_processes_are_invisible() {
     );
     let out = text(&o.stdout);
     let _ = host.kill();
+    let _ = host.wait();
     assert!(!out.contains(&tag), "host process visible: {out}");
     let count: usize = out
         .rsplit("count=")
