@@ -15,6 +15,8 @@
 //!
 //! This module knows YAML only; it knows nothing of skills.
 
+use std::collections::HashMap;
+
 use granit_parser::{Event, Parser, ScalarStyle, Span, StructureStyle};
 
 /// A YAML node with strictyaml's data model: every scalar is a string.
@@ -375,6 +377,8 @@ enum Frame {
         merged: Vec<(String, Value)>,
         /// Whether a `<<` key was seen (a second one is a duplicate key).
         merge_seen: bool,
+        /// Index of each key in `entries` (duplicate detection without a scan).
+        index: HashMap<String, usize>,
     },
 }
 
@@ -519,6 +523,7 @@ impl Builder<'_> {
                 pending_key: None,
                 merged: Vec::new(),
                 merge_seen: false,
+                index: HashMap::new(),
             }
         } else {
             Frame::Seq(Vec::new())
@@ -547,10 +552,12 @@ impl Builder<'_> {
             Frame::Map {
                 mut entries,
                 merged,
+                mut index,
                 ..
             } => {
                 for (k, v) in merged {
-                    if !entries.iter().any(|(e, _)| *e == k) {
+                    if !index.contains_key(&k) {
+                        index.insert(k.clone(), entries.len());
                         entries.push((k, v));
                     }
                 }
@@ -592,6 +599,7 @@ impl Builder<'_> {
                     pending_key,
                     merged,
                     merge_seen,
+                    index,
                 },
                 _,
             )) => match pending_key.take() {
@@ -617,12 +625,15 @@ impl Builder<'_> {
                             _ => Ok(()),
                         };
                     }
-                    if let Some(slot) = entries.iter_mut().find(|(k, _)| *k == key) {
+                    if let Some(&i) = index.get(&key) {
                         if strict {
                             return Err(YamlError::DuplicateKey { key, line });
                         }
-                        slot.1 = value;
+                        if let Some(slot) = entries.get_mut(i) {
+                            slot.1 = value;
+                        }
                     } else {
+                        index.insert(key.clone(), entries.len());
                         entries.push((key, value));
                     }
                     Ok(())
