@@ -1,0 +1,5 @@
+mod bench;
+mod limits;
+mod support;
+mod tool_loop;
+mod wire;
