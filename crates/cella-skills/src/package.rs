@@ -441,7 +441,27 @@ fn skill_prefix(entries: &[Entry], path: &Path) -> Result<Option<String>, Packag
     }
 }
 
+/// Lexically resolves `.` and `..` in an absolute path.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Writes entries under `into`: directories and files first, symlinks last, so nothing is ever
+/// written through a link from the archive; each link's target, resolved from its real (already
+/// extracted) parent, must stay inside `into`.
 fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(), PackageError> {
+    let real_root = std::fs::canonicalize(into).map_err(io("resolve", into))?;
+    let mut links = Vec::new();
     for e in entries {
         let parts: &[String] = match prefix {
             Some(p) if e.parts[0] == p => &e.parts[1..],
@@ -453,28 +473,40 @@ fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(),
         }
         let rel: PathBuf = parts.iter().collect();
         let dest = into.join(&rel);
+        if let Some(target) = e.link {
+            links.push((rel, target));
+            continue;
+        }
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
         if e.is_dir {
             std::fs::create_dir_all(&dest).map_err(io("create", &dest))?;
-        } else if let Some(target) = e.link {
-            let tpath = PathBuf::from(&target);
-            let within = rel
-                .parent()
-                .is_some_and(|p| !tpath.is_absolute() && is_within(into, &p.join(&tpath)));
-            if !within || target.contains('\\') {
-                return Err(PackageError::SymlinkEscapes {
-                    link: rel,
-                    target: tpath,
-                });
-            }
-            make_symlink(&tpath, &dest)?;
         } else {
             let mut f = File::create(&dest).map_err(io("create", &dest))?;
             f.write_all(&e.data).map_err(io("write", &dest))?;
             set_mode(&dest, e.mode)?;
         }
+    }
+    for (rel, target) in links {
+        let tpath = PathBuf::from(&target);
+        let escapes = || PackageError::SymlinkEscapes {
+            link: rel.clone(),
+            target: tpath.clone(),
+        };
+        if tpath.is_absolute() || target.contains('\\') || target.contains('\0') {
+            return Err(escapes());
+        }
+        let dest = into.join(&rel);
+        let parent = dest.parent().unwrap_or(into);
+        std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+        let real_parent = std::fs::canonicalize(parent).map_err(io("resolve", parent))?;
+        if !real_parent.starts_with(&real_root)
+            || !normalize(&real_parent.join(&tpath)).starts_with(&real_root)
+        {
+            return Err(escapes());
+        }
+        make_symlink(&tpath, &dest)?;
     }
     Ok(())
 }

@@ -183,3 +183,32 @@ fn archives_without_a_skill_or_with_unsafe_names_are_refused() {
     ));
     let _ = skill;
 }
+
+#[cfg(unix)]
+#[test]
+fn symlink_chains_that_escape_are_refused() {
+    // x/d -> ".." stays inside; x/d/d2 -> ".." looks inside lexically (x/d/..) but really
+    // resolves to the parent of the skill.
+    let t = tempfile::tempdir().unwrap();
+    let z = t.path().join("chain.zip");
+    {
+        let f = std::fs::File::create(&z).unwrap();
+        let mut w = zip::ZipWriter::new(f);
+        w.start_file("c/SKILL.md", SimpleFileOptions::default())
+            .unwrap();
+        w.write_all(&skill_md("c")).unwrap();
+        w.add_directory("c/x/", SimpleFileOptions::default())
+            .unwrap();
+        w.add_symlink("c/x/d", "..", SimpleFileOptions::default())
+            .unwrap();
+        w.add_symlink("c/x/d/d2", "..", SimpleFileOptions::default())
+            .unwrap();
+        w.finish().unwrap();
+    }
+    let dest = t.path().join("dest");
+    assert!(matches!(
+        install(&z, &dest, false),
+        Err(PackageError::SymlinkEscapes { .. })
+    ));
+    assert!(!dest.join("c").exists());
+}
