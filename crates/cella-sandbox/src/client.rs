@@ -213,8 +213,14 @@ impl EnvdClient {
             .body(Full::new(Bytes::new()))
             .map_err(|e| ClientError::Http(e.to_string()))?;
         let resp = self.send(req).await?;
-        let bytes = resp.into_body().collect().await.map_err(|e| ClientError::Http(e.to_string()))?.to_bytes();
-        serde_json::from_slice(&bytes).map_err(|e| RpcError::internal(format!("malformed JSON from envd {path}: {e}")).into())
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        serde_json::from_slice(&bytes)
+            .map_err(|e| RpcError::internal(format!("malformed JSON from envd {path}: {e}")).into())
     }
 
     /// Whether the agent answers `/health`.
