@@ -24,6 +24,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the E2B-compatible control plane and envd gateway (the main job).
+    Serve(commands::serve::ServeArgs),
+    /// Manage API keys of `cella serve`.
+    #[command(subcommand)]
+    Keys(commands::serve::KeysCommand),
     /// Run one command in a fresh sandbox, stream its output, and exit with its exit code.
     Exec(commands::exec::ExecArgs),
     /// An interactive shell (PTY) in a fresh sandbox.
@@ -54,6 +59,8 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => commands::serve::serve(args),
+        Command::Keys(cmd) => commands::serve::keys(cmd),
         Command::Exec(args) => commands::exec::run(args),
         Command::Shell(args) => commands::shell::run(args),
         Command::Doctor(args) => commands::doctor::run(args),

@@ -5,5 +5,6 @@ pub mod doctor;
 pub mod exec;
 pub mod guest;
 pub mod local;
+pub mod serve;
 pub mod shell;
 pub mod skills;
