@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -151,15 +152,25 @@ pub(crate) async fn open(url: &str) -> Result<Db> {
 }
 
 async fn open_postgres(url: &str) -> Result<Db> {
+    let connect_error = |source| StoreError::Connect {
+        url: redact(url),
+        source,
+    };
+    let options = PgConnectOptions::from_str(url).map_err(connect_error)?;
+    // One direct connection first: the pool would retry until its timeout and then report only
+    // that it timed out, hiding "connection refused" or "password authentication failed".
+    PgConnection::connect_with(&options)
+        .await
+        .map_err(connect_error)?
+        .close()
+        .await
+        .map_err(connect_error)?;
     let pool = PgPoolOptions::new()
         .max_connections(POSTGRES_MAX_CONNECTIONS)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect(url)
+        .connect_with(options)
         .await
-        .map_err(|source| StoreError::Connect {
-            url: redact(url),
-            source,
-        })?;
+        .map_err(connect_error)?;
     POSTGRES_MIGRATIONS
         .run(&pool)
         .await
