@@ -18,11 +18,15 @@ mod tenants;
 use chrono::{DateTime, Utc};
 
 pub use api_keys::{API_KEY_PREFIX, ApiKeyRecord, NewApiKey};
-pub use audit::{AuditRecord, SYSTEM_ACTOR};
+pub use audit::{AuditRecord, MAX_AUDIT_LIMIT, SYSTEM_ACTOR};
 pub use db::Dialect;
 pub use error::{Result, StoreError};
-pub use sandbox_logs::{LogDirection, LogLevel, LogQuery, NewSandboxLog, SandboxLogRecord};
-pub use sandboxes::{Page, PageRequest, SandboxFilter, SandboxRecord, SandboxState, SortOrder};
+pub use sandbox_logs::{
+    LogDirection, LogLevel, LogQuery, MAX_LOG_LIMIT, NewSandboxLog, SandboxLogRecord,
+};
+pub use sandboxes::{
+    MAX_PAGE_LIMIT, Page, PageRequest, SandboxFilter, SandboxRecord, SandboxState, SortOrder,
+};
 pub use tenants::TenantRecord;
 
 /// The store: a pool of connections to one database. Cheap to clone (the pool is shared).
