@@ -62,6 +62,17 @@ pub fn render(entries: &[CatalogEntry]) -> String {
     }
 }
 
+/// The catalog a model should see for `skills`: those it may invoke (see
+/// [`Skill::model_invocable`]), or `""` when none remain.
+pub fn render_for_model<'a>(skills: impl IntoIterator<Item = &'a Skill>) -> String {
+    let entries: Vec<CatalogEntry> = skills
+        .into_iter()
+        .filter(|s| s.model_invocable())
+        .map(CatalogEntry::from)
+        .collect();
+    render(&entries)
+}
+
 /// skills-ref's `to_prompt(skill_dirs)`: each directory resolved, its properties read with
 /// skills-ref's parser (no validation beyond name and description), its SKILL.md located.
 /// Byte-identical to skills-ref's return value (no trailing newline).

@@ -279,4 +279,16 @@ impl Skill {
     pub fn field(&self, key: &str) -> Option<&str> {
         self.frontmatter.get(key).and_then(Value::as_str)
     }
+
+    /// Whether the model may activate the skill on its own: false when the frontmatter sets the
+    /// (Claude Code) extension `disable-model-invocation: true`. The client guide: hide such
+    /// skills from the catalog; users can still activate them explicitly.
+    pub fn model_invocable(&self) -> bool {
+        !self.field("disable-model-invocation").is_some_and(|v| {
+            matches!(
+                python_compat::strip(v).to_ascii_lowercase().as_str(),
+                "true" | "yes" | "on"
+            )
+        })
+    }
 }

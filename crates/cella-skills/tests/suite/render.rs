@@ -67,3 +67,21 @@ fn activation_without_resources_has_no_resource_block() {
     let (s, _) = load_lenient(&d).unwrap();
     assert!(!activation::render(&s).contains("<skill_resources>"));
 }
+
+#[test]
+fn catalog_for_model_hides_disabled_skills() {
+    let t = tempfile::tempdir().unwrap();
+    let a = skill(t.path(), "auto", &md("name: auto\ndescription: x\n"));
+    let m = skill(
+        t.path(),
+        "manual",
+        &md("name: manual\ndescription: y\ndisable-model-invocation: true\n"),
+    );
+    let (a, _) = load_lenient(&a).unwrap();
+    let (m, _) = load_lenient(&m).unwrap();
+    assert!(!m.model_invocable());
+    let text = catalog::render_for_model([&a, &m]);
+    assert!(text.contains("<name>\nauto\n</name>"));
+    assert!(!text.contains("manual"));
+    assert_eq!(catalog::render_for_model([&m]), "");
+}

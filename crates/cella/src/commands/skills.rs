@@ -78,7 +78,8 @@ pub enum SkillsCommand {
         /// Print JSON on stdout.
         #[arg(long, conflicts_with = "catalog")]
         json: bool,
-        /// Print the <available_skills> catalog instead (nothing when no skills).
+        /// Print the <available_skills> catalog a model would see instead: nothing when there
+        /// are no skills; skills with `disable-model-invocation: true` are left out.
         #[arg(long)]
         catalog: bool,
     },
@@ -302,9 +303,7 @@ fn ls_cmd(
         }
     }
     if show_catalog {
-        let entries: Vec<catalog::CatalogEntry> =
-            found.skills.iter().map(|d| (&d.skill).into()).collect();
-        let text = catalog::render(&entries);
+        let text = catalog::render_for_model(found.skills.iter().map(|d| &d.skill));
         if !text.is_empty() {
             println!("{text}");
         }
