@@ -141,3 +141,53 @@ mod serde_saphyr_value {
         }
     }
 }
+
+/// Fuzz-style: mutate a valid SKILL.md byte by byte (insertions, deletions, flips, invalid
+/// UTF-8) and run every entry point on the file; none may panic.
+#[test]
+fn whole_pipeline_never_panics_on_mutated_files() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("fuzz");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = b"---\nname: fuzz\ndescription: \"Use when: fuzzing\"\nmetadata:\n  k: v\nallowed-tools:\n  - Read\n---\n# Body\n".to_vec();
+    let alphabet: &[u8] = b"-:#'\"|>{}[],&*!?%@ \t\n\r\\\x00\xff\xc3\xa9abc";
+    let mut state: u64 = 0x0123_4567_89ab_cdef;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..1500 {
+        let mut bytes = seed.clone();
+        for _ in 0..=(next() % 6) {
+            let pos = usize::try_from(next() % (bytes.len() as u64 + 1)).unwrap();
+            match next() % 3 {
+                0 => bytes.insert(
+                    pos,
+                    alphabet[usize::try_from(next() % alphabet.len() as u64).unwrap()],
+                ),
+                1 if pos < bytes.len() => {
+                    bytes.remove(pos);
+                }
+                _ if pos < bytes.len() => {
+                    bytes[pos] = alphabet[usize::try_from(next() % alphabet.len() as u64).unwrap()]
+                }
+                _ => {}
+            }
+        }
+        std::fs::write(dir.join("SKILL.md"), &bytes).unwrap();
+        for mode in [
+            cella_skills::Mode::Strict,
+            cella_skills::Mode::Reference,
+            cella_skills::Mode::Lenient,
+        ] {
+            let report = cella_skills::validate(&dir, mode);
+            if let Some(skill) = &report.skill {
+                let _ = cella_skills::activation::render(skill);
+            }
+        }
+        let _ = cella_skills::skill::read_properties(&dir);
+        let _ = cella_skills::catalog::to_prompt(&[dir.as_path()]);
+    }
+}
