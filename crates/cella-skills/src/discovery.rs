@@ -182,7 +182,9 @@ pub fn discover(roots: &[SkillRoot], limits: Limits) -> Discovery {
                 .filter_map(Result::ok)
                 .filter(|e| {
                     let n = e.file_name();
-                    n != ".git" && n != "node_modules"
+                    let n = n.to_string_lossy();
+                    // `.cella-install-*` is an installer's staging directory.
+                    n != ".git" && n != "node_modules" && !n.starts_with(".cella-install-")
                 })
                 .map(|e| e.path())
                 .filter(|p| p.is_dir())
