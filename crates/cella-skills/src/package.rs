@@ -577,7 +577,9 @@ impl Drop for Staging {
 /// as `<dest>/<name>`. With `force`, an existing skill of that name is replaced.
 pub fn install(src: &Path, dest: &Path, force: bool) -> Result<Installed, PackageError> {
     std::fs::create_dir_all(dest).map_err(io("create", dest))?;
-    let staging = Staging(dest.join(format!(".cella-install-{}", std::process::id())));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = Staging(dest.join(format!(".cella-install-{}-{n}", std::process::id())));
     let _ = std::fs::remove_dir_all(&staging.0);
     let stage_dir = staging.0.join("skill");
     std::fs::create_dir_all(&stage_dir).map_err(io("create", &stage_dir))?;
