@@ -216,7 +216,7 @@ fn execution(
     result: &ProcessResult,
     timeout: Duration,
 ) -> String {
-    let (output, cut) = cap(&result.render(timeout), 16 * 1024);
+    let output = result.render(timeout);
     let summary = match result.exit_code {
         Some(code) if code != 0 => format!(
             "exit {code} · {}",
@@ -239,7 +239,7 @@ fn execution(
         command: command.to_owned(),
         exit_code: result.exit_code,
         summary,
-        truncated: cut || result.truncated(),
+        truncated: result.truncated(),
         output: output.clone(),
     });
     format!("$ {command}\n{output}")

@@ -89,7 +89,7 @@ pub struct SandboxSession {
     /// Working directory of processes; relative paths resolve against it.
     workdir: String,
     envs: BTreeMap<String, String>,
-    /// Bytes kept of each of stdout and stderr.
+    /// Bytes kept of each of stdout and stderr (default 8 KiB: half head, half tail).
     output_limit: usize,
     /// Largest file `read` accepts.
     read_limit: usize,
@@ -103,7 +103,7 @@ impl SandboxSession {
             user: None,
             workdir: "/home/user".to_owned(),
             envs: BTreeMap::new(),
-            output_limit: 16 * 1024,
+            output_limit: 8 * 1024,
             read_limit: 8 << 20,
         }
     }

@@ -86,7 +86,8 @@ pub struct ToolOptions {
     pub default_timeout: Duration,
     /// The longest timeout a model may ask for.
     pub max_timeout: Duration,
-    /// Bytes of a tool's text output the model sees (head + tail).
+    /// Bytes of a file `read_file` shows (head + tail); process output is capped per stream
+    /// by the session (`SandboxSession::with_output_limit`).
     pub output_limit: usize,
 }
 
@@ -194,8 +195,9 @@ impl Ctx {
     }
 
     fn process_output(&self, result: &ProcessResult, timeout: Duration) -> ToolOutput {
-        let (content, cut) = cap(&result.render(timeout), self.options.output_limit);
-        let truncated = cut || result.truncated();
+        // Each stream is already capped head + tail by the session.
+        let content = result.render(timeout);
+        let truncated = result.truncated();
         let summary = match result.exit_code {
             None => format!("timed out after {} s", timeout.as_secs_f64()),
             Some(code) => {

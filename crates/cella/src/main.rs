@@ -31,6 +31,8 @@ enum Command {
     Keys(commands::serve::KeysCommand),
     /// Run one command in a fresh sandbox, stream its output, and exit with its exit code.
     Exec(commands::exec::ExecArgs),
+    /// An agent does TASK in a fresh sandbox with a model (tool-calling loop or reflexion).
+    Run(Box<commands::run::RunArgs>),
     /// An interactive shell (PTY) in a fresh sandbox.
     Shell(commands::shell::ShellArgs),
     /// What this host offers sandboxes, and which backends can run here.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::serve(args),
         Command::Keys(cmd) => commands::serve::keys(cmd),
         Command::Exec(args) => commands::exec::run(args),
+        Command::Run(args) => commands::run::run(*args),
         Command::Shell(args) => commands::shell::run(args),
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Bench(cmd) => commands::bench::run(cmd),

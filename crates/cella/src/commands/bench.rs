@@ -15,6 +15,18 @@ use serde::Serialize;
 pub enum BenchCommand {
     /// Create → exec /bin/true → destroy, against raw bubblewrap doing the same.
     Sandbox(SandboxBench),
+    /// Agent overhead per step, excluding model and tool time (zero-latency model, trivial tool).
+    Agent(AgentBench),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AgentBench {
+    /// Tool-calling steps to measure.
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    /// Print results as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +88,7 @@ struct Report {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Sandbox(args) => sandbox(args),
+        BenchCommand::Agent(args) => agent(args),
     }
 }
 
@@ -298,6 +311,34 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         println!(
             "ratio (median) cella exec CLI / bwrap in cgroups:   {:.2}x",
             report.ratio_cli_vs_bwrap_cgroup
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cella bench agent`: see `cella_agent::bench`.
+fn agent(args: AgentBench) -> anyhow::Result<ExitCode> {
+    if args.steps < 2 {
+        bail!("--steps must be at least 2");
+    }
+    let rt = super::local::runtime()?;
+    let r = rt
+        .block_on(cella_agent::bench::agent_overhead(args.steps, None))
+        .map_err(anyhow::Error::msg)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "agent overhead per step ({} steps, zero-latency model, trivial tool, events serialized to JSON):",
+            r.steps
+        );
+        println!(
+            "  median {:.1} µs · p90 {:.1} µs · p99 {:.1} µs · max {:.1} µs · mean {:.1} µs",
+            r.median_us, r.p90_us, r.p99_us, r.max_us, r.mean_us
+        );
+        println!(
+            "  target: median < 5 ms: {}",
+            if r.median_us < 5000.0 { "met" } else { "MISSED" }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -6,5 +6,6 @@ pub mod exec;
 pub mod guest;
 pub mod local;
 pub mod serve;
+pub mod run;
 pub mod shell;
 pub mod skills;

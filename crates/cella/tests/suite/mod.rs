@@ -1,5 +1,6 @@
 mod escape;
 mod exec;
 mod manager;
+mod run;
 mod skills;
 mod support;
