@@ -184,9 +184,9 @@ impl Ctx {
         match args.get("timeout_secs") {
             None | Some(Value::Null) => Ok(self.options.default_timeout),
             Some(v) => match v.as_f64() {
-                Some(s) if s > 0.0 && s.is_finite() => {
-                    Ok(Duration::from_secs_f64(s).min(self.options.max_timeout))
-                }
+                Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(
+                    s.min(self.options.max_timeout.as_secs_f64()),
+                )),
                 _ => Err(format!(
                     "timeout_secs must be a positive number of seconds, got {v}"
                 )),
@@ -431,7 +431,7 @@ impl Tool for ReadFile {
                     .skip(usize::try_from(from - 1).unwrap_or(usize::MAX))
                     .take(usize::try_from(to - from + 1).unwrap_or(usize::MAX))
                     .collect();
-                let shown_to = (from as usize + lines.len()).saturating_sub(1);
+                let shown_to = from.saturating_add(lines.len() as u64).saturating_sub(1);
                 (
                     lines.join("\n") + if lines.is_empty() { "" } else { "\n" },
                     format!(" (lines {from}-{shown_to} of {total})"),
@@ -716,6 +716,21 @@ mod tests {
         );
         let out = tb.call("echo", "").await;
         assert_eq!(out.content, "{}");
+    }
+
+    #[test]
+    fn absurd_timeouts_are_clamped_or_refused() {
+        let ctx = Ctx {
+            sandbox: SandboxSession::new(cella_sandbox::EnvdClient::unix("/nonexistent")),
+            options: ToolOptions::default(),
+            counter: AtomicU64::new(0),
+        };
+        let t = |v: Value| ctx.timeout(&json!({ "timeout_secs": v }));
+        assert_eq!(t(json!(1e300)), Ok(Duration::from_secs(3600)));
+        assert_eq!(t(json!(0.5)), Ok(Duration::from_millis(500)));
+        assert!(t(json!(-1)).is_err());
+        assert!(t(json!("10")).is_err());
+        assert_eq!(ctx.timeout(&json!({})), Ok(Duration::from_secs(120)));
     }
 
     #[test]

@@ -273,3 +273,58 @@ async fn transient_model_errors_repeat_the_turn() {
             .any(|e| matches!(e, AgentEvent::Warning { message } if message.contains("busy")))
     );
 }
+
+#[tokio::test]
+async fn builtin_tools_turn_any_arguments_into_tool_errors() {
+    // The sandbox is unreachable: every call that gets past its argument checks fails to reach
+    // it, which must also be a tool error, never a panic.
+    let sandbox = SandboxSession::new(cella_sandbox::EnvdClient::unix("/nonexistent/envd.sock"));
+    let tools = Agent::new(
+        Arc::new(ScriptedClient::new([])),
+        sandbox,
+        AgentOptions::default(),
+    )
+    .toolbox();
+    let nested = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+    let weird = [
+        ("bash", r#"{"command": null}"#.to_owned()),
+        (
+            "bash",
+            r#"{"command": "true", "timeout_secs": 1e308}"#.to_owned(),
+        ),
+        (
+            "bash",
+            r#"{"command": "true", "timeout_secs": -3}"#.to_owned(),
+        ),
+        (
+            "run_code",
+            r#"{"language": "cobol", "code": "x"}"#.to_owned(),
+        ),
+        ("run_code", r#"{"language": "python"}"#.to_owned()),
+        ("read_file", r#"{"path": 5}"#.to_owned()),
+        ("read_file", r#"{"path": "a", "start_line": -1}"#.to_owned()),
+        (
+            "read_file",
+            r#"{"path": "a", "start_line": 18446744073709551615}"#.to_owned(),
+        ),
+        ("write_file", r#"{"path": "a"}"#.to_owned()),
+        (
+            "edit_file",
+            r#"{"path": "a", "old_string": "", "new_string": "b"}"#.to_owned(),
+        ),
+        ("list_files", r#"{"depth": 1e9}"#.to_owned()),
+        ("list_files", r#"{"path": ["x"]}"#.to_owned()),
+        ("activate_skill", r#"{"name": "x"}"#.to_owned()),
+        ("bash", nested),
+        ("bash", "\u{0}\u{ffff}".to_owned()),
+        (
+            "write_file",
+            format!(r#"{{"path": "{}", "content": "x"}}"#, "é".repeat(100_000)),
+        ),
+    ];
+    for (name, args) in &weird {
+        let out = tools.call(name, args).await;
+        assert!(out.is_error, "{name} {:.80}: {out:?}", args);
+        assert!(!out.content.is_empty());
+    }
+}
