@@ -206,7 +206,8 @@ impl Ctx {
                 let detail = if code != 0 && !stderr.trim().is_empty() {
                     last_line(&stderr, 100)
                 } else if !stdout.trim().is_empty() {
-                    format!("{} lines of output", stdout.lines().count())
+                    let n = stdout.lines().count();
+                    format!("{n} line{} of output", if n == 1 { "" } else { "s" })
                 } else {
                     "no output".to_owned()
                 };

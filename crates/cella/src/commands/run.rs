@@ -1,7 +1,8 @@
 //! `cella run "TASK"`: an agent does the task in a fresh local sandbox. Live progress on stderr
 //! (model text as it streams, each tool call and a one-line summary of its result), the final
 //! answer on stdout; `--json` prints the event stream as JSON lines instead. Exit status 0 when
-//! the agent answered, 1 when a limit stopped it or it failed, 2 on bad usage (no model…).
+//! the agent answered, 1 when a limit stopped it or it failed, 2 on bad usage (no model…), 130
+//! when interrupted (Ctrl-C cancels the run, then the sandbox is destroyed unless `--keep`).
 //!
 //! The sandbox is destroyed at the end unless `--keep`; then its helper keeps it alive after
 //! cella exits and its id, socket and pid are printed.
@@ -27,7 +28,7 @@ use super::exec::SandboxOptions;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "The model comes from --model / --base-url, else CELLA_MODEL / CELLA_BASE_URL, else the [model] table of ./cella.toml (e.g. CELLA_MODEL=anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY, or CELLA_MODEL=ollama/qwen3:8b).\n\nExit status: 0 when the agent answered; 1 when a limit stopped it or it failed; 2 on bad usage."
+    after_help = "The model comes from --model / --base-url, else CELLA_MODEL / CELLA_BASE_URL, else the [model] table of ./cella.toml (e.g. CELLA_MODEL=anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY, or CELLA_MODEL=ollama/qwen3:8b).\n\nExit status: 0 when the agent answered; 1 when a limit stopped it or it failed; 2 on bad usage; 130 when interrupted."
 )]
 pub struct RunArgs {
     /// What the agent should do.
@@ -176,6 +177,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::from(match report.outcome {
             Outcome::Answered { .. } => 0,
+            Outcome::Stopped {
+                reason: cella_agent::StopReason::Cancelled,
+            } => 130,
             _ => 1,
         }))
     })

@@ -290,7 +290,7 @@ fn anthropic_agent_fixes_a_failing_script_with_live_progress() {
         stderr.contains("✗ exit 1 · NameError: name 'greeting' is not defined"),
         "{stderr}"
     );
-    assert!(stderr.contains("✓ exit 0 · 1 lines of output"), "{stderr}");
+    assert!(stderr.contains("✓ exit 0 · 1 line of output"), "{stderr}");
     assert!(
         stderr.contains("It prints hello."),
         "model text streams: {stderr}"
@@ -627,4 +627,39 @@ fn reflexion_gives_up_after_the_last_attempt() {
         of_type(&events, "stopped")[0]["reason"],
         "all 2 attempts failed"
     );
+}
+
+#[test]
+fn interrupt_cancels_the_run_with_exit_130() {
+    require_root!();
+    let h = Harness::new();
+    h.fake.push(openai_calls(&[call(
+        "c1",
+        "bash",
+        json!({"command": "sleep 60"}),
+    )]));
+    let err_path = h.dir.path().join("stderr.txt");
+    let child = cella()
+        .args(["run", "wait", "--json", "--model", "openai-compatible/fake"])
+        .args(["--base-url", &format!("{}/v1", h.fake.url())])
+        .current_dir(h.dir.path())
+        .env_remove("CELLA_MODEL")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.fake.requests().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stdout));
+    let events = events(&out);
+    assert_eq!(of_type(&events, "stopped")[0]["kind"], "cancelled");
+    assert_eq!(of_type(&events, "tool_call_started").len(), 1);
 }
