@@ -497,9 +497,7 @@ pub async fn logs(
         }
     };
     let query = cella_store::LogQuery {
-        cursor: q
-            .cursor
-            .and_then(|c| DateTime::<Utc>::from_timestamp_millis(c)),
+        cursor: q.cursor.and_then(DateTime::<Utc>::from_timestamp_millis),
         limit: q.limit.unwrap_or(100).clamp(1, 1000),
         direction,
         min_level: level,

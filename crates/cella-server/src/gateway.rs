@@ -75,6 +75,41 @@ pub fn target(headers: &HeaderMap, domain: Option<&str>) -> Result<Option<Target
     }
 }
 
+/// A signed file URL carries no sandbox id when the SDK builds it from `E2B_SANDBOX_URL`: find
+/// the sandbox whose access token produced the signature (cheap: one SHA-256 per live secured
+/// sandbox, and a signature cannot be forged without the token).
+pub fn target_by_signature(
+    state: &AppState,
+    req: &Request<Body>,
+) -> Result<Option<Target>, ApiError> {
+    if req.uri().path() != "/files" || !req.uri().query().unwrap_or("").contains("signature=") {
+        return Ok(None);
+    }
+    find_signed(state, req).map(Some).ok_or_else(|| {
+        ApiError::unauthorized("invalid file URL signature: it matches no running sandbox")
+    })
+}
+
+fn find_signed(state: &AppState, req: &Request<Body>) -> Option<Target> {
+    let params = query_params(req.uri().query());
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let sig = get("signature")?;
+    let operation = if req.method() == axum::http::Method::GET {
+        "read"
+    } else {
+        "write"
+    };
+    let path = get("path").unwrap_or_default();
+    let user = get("username").unwrap_or_default();
+    let exp = get("signature_expiration").and_then(|e| e.parse::<i64>().ok());
+    let id =
+        state.find_sandbox(|token| file_signature(&path, operation, &user, token, exp) == sig)?;
+    Some(Target {
+        sandbox_id: id,
+        port: cella_proto::ENVD_PORT,
+    })
+}
+
 /// E2B's signed-URL signature: `v1_` + base64(sha256("path:operation:user:token[:expiration]"))
 /// without padding.
 pub fn file_signature(

@@ -182,6 +182,23 @@ fn control_routes() -> Router<AppState> {
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/v2/sandboxes/{id}/logs", get(control::logs))
         .route("/sandboxes/{id}/network", put(control::network))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn not_found(req: Request<Body>) -> error::ApiError {
+    error::ApiError::not_found(format!(
+        "no such endpoint: {} {}",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+async fn method_not_allowed(req: Request<Body>) -> error::ApiError {
+    error::ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn prometheus(State(state): State<AppState>) -> Response {
@@ -210,7 +227,11 @@ fn tower_fn(state: AppState, control: Router) -> axum::routing::MethodRouter {
         let state = state.clone();
         let control = control.clone();
         async move {
-            match gateway::target(req.headers(), state.config.domain.as_deref()) {
+            let routed = match gateway::target(req.headers(), state.config.domain.as_deref()) {
+                Ok(None) => gateway::target_by_signature(&state, &req),
+                other => other,
+            };
+            match routed {
                 Ok(Some(target)) => gateway::proxy(state, target, req).await,
                 Ok(None) => {
                     use tower::ServiceExt;

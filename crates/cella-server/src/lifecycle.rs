@@ -68,7 +68,17 @@ pub fn watch_end(state: &AppState, sb: &Arc<Sandbox>) {
     let mut ended = sb.instance.ended.clone();
     tokio::spawn(async move {
         let _ = ended.wait_for(|e| *e).await;
+        // A kill by request forgets the sandbox first and records the end itself.
+        let killed_by_request = state
+            .gateway
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .is_none();
         state.forget(&id);
+        if killed_by_request {
+            return;
+        }
         if let Ok(Some(r)) = state.store.get_sandbox(&id).await
             && r.state != SandboxState::Killed
         {

@@ -64,7 +64,16 @@ impl AppState {
         }
     }
 
-    /// The gateway's view of a live sandbox; 404 when it does not exist (or has ended).
+    /// The id of the sandbox whose access token satisfies `matches`.
+    pub fn find_sandbox(&self, matches: impl Fn(&str) -> bool) -> Option<String> {
+        let map = self.gateway.read().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .find(|(_, e)| e.envd_access_token.as_deref().is_some_and(&matches))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// The gateway's view of a live sandbox; 502 when it does not exist (or has ended), which
+    /// is what E2B's edge answers and what the SDKs read as "not running".
     pub async fn sandbox_for_gateway(&self, id: &str) -> Result<GatewayEntry, ApiError> {
         self.metrics
             .gateway_requests
@@ -77,7 +86,10 @@ impl AppState {
             .cloned();
         match entry {
             Some(e) if self.manager.get(id).is_ok() => Ok(e),
-            _ => Err(ApiError::sandbox_not_found(id)),
+            _ => Err(ApiError::new(
+                axum::http::StatusCode::BAD_GATEWAY,
+                format!("sandbox {id} not found: it is not running"),
+            )),
         }
     }
 }

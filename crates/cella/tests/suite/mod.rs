@@ -1,3 +1,4 @@
+mod e2b_sdk;
 mod escape;
 mod exec;
 mod manager;
