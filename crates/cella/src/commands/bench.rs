@@ -338,7 +338,11 @@ fn agent(args: AgentBench) -> anyhow::Result<ExitCode> {
         );
         println!(
             "  target: median < 5 ms: {}",
-            if r.median_us < 5000.0 { "met" } else { "MISSED" }
+            if r.median_us < 5000.0 {
+                "met"
+            } else {
+                "MISSED"
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

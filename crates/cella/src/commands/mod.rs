@@ -5,7 +5,7 @@ pub mod doctor;
 pub mod exec;
 pub mod guest;
 pub mod local;
-pub mod serve;
 pub mod run;
+pub mod serve;
 pub mod shell;
 pub mod skills;

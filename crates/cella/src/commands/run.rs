@@ -5,7 +5,10 @@
 //! when interrupted (Ctrl-C cancels the run, then the sandbox is destroyed unless `--keep`).
 //!
 //! The sandbox is destroyed at the end unless `--keep`; then its helper keeps it alive after
-//! cella exits and its id, socket and pid are printed.
+//! cella exits and its id, socket and pid are printed. Known limit: the native backend's helper
+//! inherits cella's stderr and keeps it open while the kept sandbox lives, so a pipe reading
+//! `cella run --keep`'s stderr sees no end of file until the sandbox is killed (redirect stderr
+//! to a file instead).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -72,7 +75,8 @@ pub struct RunArgs {
     /// Reflexion: the language of the program (python, javascript, bash).
     #[arg(long, default_value = "python", value_parser = parse_language)]
     pub language: Language,
-    /// Leave the sandbox running afterwards and print its id.
+    /// Leave the sandbox running afterwards and print its id, envd socket and pid (its helper
+    /// holds on to cella's stderr while it lives: redirect stderr to a file, not a pipe).
     #[arg(long)]
     pub keep: bool,
     /// Print the event stream as JSON lines on stdout (nothing else on stdout).
