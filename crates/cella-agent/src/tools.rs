@@ -234,8 +234,24 @@ fn last_line(text: &str, max: usize) -> String {
     first_line(line, max)
 }
 
+/// Other names models commonly use for an argument (accepted silently; the schema names the
+/// first).
+fn aliases(key: &str) -> &'static [&'static str] {
+    match key {
+        "command" => &["cmd", "script"],
+        "path" => &["file_path", "filename", "file"],
+        "content" => &["contents", "text"],
+        "old_string" => &["old_str", "old_text", "old"],
+        "new_string" => &["new_str", "new_text", "new"],
+        _ => &[],
+    }
+}
+
 fn str_arg<'a>(args: &'a Value, tool: &str, key: &str) -> Result<&'a str, String> {
-    match args.get(key) {
+    let value = args
+        .get(key)
+        .or_else(|| aliases(key).iter().find_map(|k| args.get(*k)));
+    match value {
         Some(Value::String(s)) => Ok(s),
         Some(other) => Err(format!(
             "{tool}: argument {key:?} must be a string, got {}",
@@ -585,9 +601,18 @@ impl Tool for ListFiles {
 
     fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let path = match args.get("path") {
-                None | Some(Value::Null) => ".",
-                Some(_) => try_tool!(str_arg(args, "list_files", "path")),
+            let given = ["path", "dir", "directory"]
+                .iter()
+                .find_map(|k| args.get(*k).filter(|v| !v.is_null()));
+            let path = match given {
+                None => ".",
+                Some(Value::String(p)) => p.as_str(),
+                Some(other) => {
+                    return ToolOutput::error(format!(
+                        "list_files: argument \"path\" must be a string, got {}",
+                        first_line(&other.to_string(), 60)
+                    ));
+                }
             };
             let depth = try_tool!(opt_u64(args, "list_files", "depth")).unwrap_or(2);
             let depth = u32::try_from(depth.clamp(1, 10)).unwrap_or(2);
@@ -732,6 +757,14 @@ mod tests {
         assert!(t(json!(-1)).is_err());
         assert!(t(json!("10")).is_err());
         assert_eq!(ctx.timeout(&json!({})), Ok(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn common_argument_names_are_accepted() {
+        let args = json!({"file_path": "a.py", "cmd": "ls", "old_str": "x"});
+        assert_eq!(str_arg(&args, "read_file", "path"), Ok("a.py"));
+        assert_eq!(str_arg(&args, "bash", "command"), Ok("ls"));
+        assert_eq!(str_arg(&args, "edit_file", "old_string"), Ok("x"));
     }
 
     #[test]
