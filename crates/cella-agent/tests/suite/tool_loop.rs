@@ -328,3 +328,20 @@ async fn builtin_tools_turn_any_arguments_into_tool_errors() {
         assert!(!out.content.is_empty());
     }
 }
+
+#[tokio::test]
+async fn a_run_can_be_spawned_by_a_job_runner() {
+    // A job runner spawns runs on a multi-threaded runtime and cancels them from elsewhere.
+    let model = ScriptedClient::new([ScriptedTurn::text("spawned")]);
+    let agent = agent(Arc::new(model), AgentOptions::default(), &Memo::default());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(async move { agent.run("t", &tx, &cancel).await });
+    let report = handle.await.expect("joined");
+    assert_eq!(report.answer(), Some("spawned"));
+    let mut kinds = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        kinds.push(e);
+    }
+    assert!(matches!(kinds.last(), Some(AgentEvent::RunFinished { .. })));
+}
