@@ -126,3 +126,132 @@ fn e2b_python_sdk_against_cella_serve() {
     assert!(out.status.success(), "the e2b SDK suite failed:\n{text}");
     assert!(text.contains(" passed"), "{text}");
 }
+
+/// SIGKILL the server while 20 sandboxes are live, start it again: all 20 are still usable
+/// through the SDK (files and processes intact), and a sandbox killed while the server was down
+/// is reported as gone.
+#[test]
+fn sandboxes_survive_a_server_sigkill() {
+    require_root!();
+    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
+        eprintln!(
+            "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned e2b SDK)"
+        );
+        return;
+    };
+    let python = std::path::Path::new(&venv).join("bin/python");
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let (mut server, key) = start_server(data.path(), port);
+    let run_py = |script: &str| {
+        let out = Command::new(&python)
+            .args(["-c", script])
+            .env("E2B_API_URL", &url)
+            .env("E2B_SANDBOX_URL", &url)
+            .env("E2B_API_KEY", &key)
+            .output()
+            .expect("python");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ids = run_py(
+        "from e2b import Sandbox\n\
+         for i in range(20):\n\
+         \x20   sb = Sandbox.create(timeout=300, metadata={'n': str(i)})\n\
+         \x20   sb.files.write('/home/user/id.txt', sb.sandbox_id)\n\
+         \x20   sb.commands.run('sleep 600', background=True)\n\
+         \x20   print(sb.sandbox_id)\n",
+    );
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    assert_eq!(ids.len(), 20);
+    // SIGKILL: no graceful shutdown at all.
+    let _ = server.0.kill();
+    let _ = server.0.wait();
+    // One sandbox dies while the server is down.
+    let victim = ids[0];
+    let victim_pid = find_init_pid(data.path(), victim);
+    // SAFETY: kill sends a signal to the sandbox's init only.
+    unsafe { libc::kill(victim_pid, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(300));
+    let (_server2, _) = restart_server(data.path(), port);
+    let checked = run_py(&format!(
+        "from e2b import Sandbox\n\
+         from e2b.exceptions import NotFoundException\n\
+         ids = {ids:?}\n\
+         ok = 0\n\
+         for i in ids[1:]:\n\
+         \x20   sb = Sandbox.connect(i)\n\
+         \x20   assert sb.files.read('/home/user/id.txt') == i\n\
+         \x20   assert any('sleep 600' in ' '.join([p.cmd] + p.args) for p in sb.commands.list())\n\
+         \x20   assert sb.commands.run('echo alive').stdout == 'alive\\n'\n\
+         \x20   ok += 1\n\
+         try:\n\
+         \x20   Sandbox.connect(ids[0])\n\
+         \x20   print('victim still there')\n\
+         except NotFoundException:\n\
+         \x20   pass\n\
+         print('ok', ok)\n\
+         for i in ids[1:]:\n\
+         \x20   Sandbox.kill(i)\n"
+    ));
+    assert!(checked.contains("ok 19"), "{checked}");
+    assert!(!checked.contains("victim still there"), "{checked}");
+}
+
+/// The host pid of a sandbox's init, from its helper's socket directory (the server's store is
+/// not read directly: this is what an operator would see).
+fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
+    let sock = data.join("run").join(id).join("envd.sock");
+    assert!(sock.exists(), "{} missing", sock.display());
+    // The sandbox's init is the process whose cgroup is named after the sandbox.
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            && cg
+                .lines()
+                .any(|l| l.contains("pids:") && l.ends_with(&format!("/cella/{id}")))
+            && std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|s| {
+                    s.contains("NSpid:")
+                        && s.lines()
+                            .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1"))
+                })
+                .unwrap_or(false)
+        {
+            return pid;
+        }
+    }
+    panic!("no init process found for sandbox {id}");
+}
+
+/// Starts the server again on an existing data directory (no new admin key is printed).
+fn restart_server(data: &std::path::Path, port: u16) -> (Serve, ()) {
+    let child = Command::new(env!("CARGO_BIN_EXE_cella"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .env("CELLA_RUN_DIR", data.join("run"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("restart cella serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "cella serve did not come back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Serve(child), ())
+}
