@@ -206,6 +206,8 @@ pub async fn create(
     for w in &sb.instance.warnings {
         log(state, &sb.id, cella_store::LogLevel::Warn, w.clone()).await;
     }
+    tracing::info!(sandbox = %sb.id, tenant = %caller.tenant.name, template = %record.template_id,
+        ms = started.elapsed().as_millis() as u64, "sandbox created");
     log(
         state,
         &sb.id,

@@ -37,7 +37,19 @@ pub struct ServeArgs {
     max_sandboxes: u64,
 }
 
+/// Structured logs on stderr; `CELLA_LOG` (or `RUST_LOG`) sets the filter, `info` by default.
+fn init_logging() {
+    let filter = std::env::var("CELLA_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_logging();
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     let mut config = ServerConfig::with_data_dir(data_dir.clone());
     config.listen = args.listen;
