@@ -392,6 +392,14 @@ impl Agent {
                 });
                 let started = Instant::now();
                 let out = run.guard(toolbox.call(&call.name, &call.arguments)).await?;
+                tracing::debug!(
+                    step,
+                    tool = %call.name,
+                    is_error = out.is_error,
+                    exit_code = ?out.exit_code,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "tool call finished"
+                );
                 run.sink.emit(&AgentEvent::ToolResult {
                     step,
                     id: call.id.clone(),
@@ -515,6 +523,7 @@ impl<'a> RunState<'a> {
                 Ok(response) => break response,
                 Err(e) if e.is_transient() && retries < self.model_retries => {
                     retries += 1;
+                    tracing::warn!(step, retries, error = %e, "repeating a failed model call");
                     self.sink.emit(&AgentEvent::Warning {
                         message: format!("model call failed ({e}); repeating it"),
                     });
