@@ -280,11 +280,9 @@ fn call_summary(name: &str, arguments: &str) -> String {
     let text = match name {
         "bash" => field("command"),
         "run_code" => field("code").map(|c| {
-            format!(
-                "{} ({} lines)",
-                field("language").unwrap_or_default(),
-                c.lines().count()
-            )
+            let n = c.lines().count();
+            let lines = if n == 1 { "line" } else { "lines" };
+            format!("{} ({n} {lines})", field("language").unwrap_or_default())
         }),
         "write_file" => field("path")
             .map(|p| format!("{p} ({} bytes)", field("content").map_or(0, |c| c.len()))),
@@ -364,10 +362,9 @@ impl EventSink for Progress {
                 code,
                 ..
             } => {
-                self.line(&format!(
-                    "→ wrote {path} ({} lines of {language})",
-                    code.lines().count()
-                ));
+                let n = code.lines().count();
+                let lines = if n == 1 { "line" } else { "lines" };
+                self.line(&format!("→ wrote {path} ({n} {lines} of {language})"));
             }
             AgentEvent::Execution {
                 command,
