@@ -120,7 +120,9 @@ impl NativeBackend {
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            // The helper reports through stdout and outlives the caller for kept sandboxes:
+            // it must not hold the caller's stderr open.
+            .stderr(Stdio::null())
             .kill_on_drop(false)
             .spawn()
             .map_err(|source| SandboxError::Io {
