@@ -37,6 +37,13 @@ pub struct ServeArgs {
     max_sandboxes: u64,
 }
 
+/// Writes a line to stderr, ignoring a closed stderr (a server must not die because whoever
+/// started it stopped reading).
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
 /// Structured logs on stderr; `CELLA_LOG` (or `RUST_LOG`) sets the filter, `info` by default.
 fn init_logging() {
     let filter = std::env::var("CELLA_LOG")
@@ -45,6 +52,8 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        // A closed stderr must not turn into a panic (tracing reports write errors with eprintln).
+        .log_internal_errors(false)
         .try_init();
 }
 
@@ -67,19 +76,19 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let backend = super::local::native_backend()?;
         let server = Server::start(config, Arc::new(backend)).await?;
         let url = format!("http://{}", server.state.config.listen);
-        eprintln!("cella serve: listening on {url} (data in {})", data_dir.display());
+        say(&format!("cella serve: listening on {url} (data in {})", data_dir.display()));
         let (adopted, lost) = server.restored;
         if adopted + lost > 0 {
-            eprintln!("cella serve: reattached {adopted} running sandboxes; {lost} had ended while the server was down");
+            say(&format!("cella serve: reattached {adopted} running sandboxes; {lost} had ended while the server was down"));
         }
-        eprintln!("\nexport E2B_API_URL={url}\nexport E2B_SANDBOX_URL={url}");
+        say(&format!("\nexport E2B_API_URL={url}\nexport E2B_SANDBOX_URL={url}"));
         match &server.new_admin_key {
-            Some(key) => eprintln!("export E2B_API_KEY={key}\n\n(first start: this admin key was saved to {} and is not shown again)\n", data_dir.join("admin.key").display()),
-            None if server.state.config.auth => eprintln!("export E2B_API_KEY=<a key from `cella keys create --tenant NAME` or {}>\n", data_dir.join("admin.key").display()),
-            None => eprintln!("export E2B_API_KEY=e2b_0000000000000000000000000000000000000000   # any key: auth is off\n"),
+            Some(key) => say(&format!("export E2B_API_KEY={key}\n\n(first start: this admin key was saved to {} and is not shown again)\n", data_dir.join("admin.key").display())),
+            None if server.state.config.auth => say(&format!("export E2B_API_KEY=<a key from `cella keys create --tenant NAME` or {}>\n", data_dir.join("admin.key").display())),
+            None => say("export E2B_API_KEY=e2b_0000000000000000000000000000000000000000   # any key: auth is off\n"),
         }
         server.serve(shutdown_signal()).await?;
-        eprintln!("cella serve: stopped; running sandboxes keep running and are reattached at the next start");
+        say("cella serve: stopped; running sandboxes keep running and are reattached at the next start");
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }

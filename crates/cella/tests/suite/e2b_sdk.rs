@@ -44,18 +44,20 @@ pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
     let mut server = Serve(child);
     let stderr = server.0.stderr.take().expect("stderr");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut key = None;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("read server output");
-        if let Some(k) = line.strip_prefix("export E2B_API_KEY=") {
-            key = Some(k.split_whitespace().next().unwrap_or("").to_string());
-            break;
+    // Read the server's output on a thread for its whole life, so a chatty server never blocks
+    // on a full pipe; hand the admin key over once it is printed.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if let Some(k) = line.strip_prefix("export E2B_API_KEY=") {
+                let _ = tx.send(k.split_whitespace().next().unwrap_or("").to_string());
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "cella serve did not print its key"
-        );
-    }
+    });
+    let key = rx
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .ok();
     let key = key.expect("admin key printed on first start");
     assert!(key.starts_with("e2b_") && key.len() == 44, "{key}");
     assert_eq!(
