@@ -21,3 +21,21 @@ def sandbox():
 @pytest.fixture
 def other_key():
     return os.environ["CELLA_OTHER_TENANT_KEY"]
+
+
+# The SDK's native HTTP client threads can abort while the interpreter finalizes, after every
+# test has passed; leave right after pytest has printed its summary, with its own exit status.
+_exit_status = 0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
