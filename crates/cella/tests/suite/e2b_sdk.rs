@@ -25,8 +25,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts `cella serve` and waits until it answers; returns the server and its admin key.
-pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
+/// `cella serve` on `port` with `data` as its data directory.
+fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> Serve {
     let child = Command::new(env!("CARGO_BIN_EXE_cella"))
         .args([
             "serve",
@@ -38,10 +38,15 @@ pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
         .env("CELLA_RUN_DIR", data.join("run"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("start cella serve");
-    let mut server = Serve(child);
+    Serve(child)
+}
+
+/// Starts `cella serve` and waits until it answers; returns the server and its admin key.
+pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
+    let mut server = spawn_server(data, port, Stdio::piped());
     let stderr = server.0.stderr.take().expect("stderr");
     let deadline = Instant::now() + Duration::from_secs(30);
     // Read the server's output on a thread for its whole life, so a chatty server never blocks
@@ -238,24 +243,11 @@ fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
 
 /// Starts the server again on an existing data directory (no new admin key is printed).
 fn restart_server(data: &std::path::Path, port: u16) -> (Serve, ()) {
-    let child = Command::new(env!("CARGO_BIN_EXE_cella"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data)
-        .env("CELLA_RUN_DIR", data.join("run"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("restart cella serve");
+    let server = spawn_server(data, port, Stdio::null());
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "cella serve did not come back");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (Serve(child), ())
+    (server, ())
 }
