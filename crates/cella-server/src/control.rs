@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, json_rejection};
+use crate::gateway::percent_decode;
 use crate::lifecycle;
 use crate::state::AppState;
 
@@ -193,29 +194,9 @@ fn parse_metadata_filter(raw: Option<&str>) -> Result<Vec<(String, String)>, Api
                     "invalid metadata filter {pair:?}: expected key=value"
                 ))
             })?;
-            Ok((urlencoding_decode(k), urlencoding_decode(v)))
+            Ok((percent_decode(k), percent_decode(v)))
         })
         .collect()
-}
-
-fn urlencoding_decode(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) =
-                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn list_impl(

@@ -91,23 +91,63 @@ pub fn target_by_signature(
 }
 
 fn find_signed(state: &AppState, req: &Request<Body>) -> Option<Target> {
-    let params = query_params(req.uri().query());
-    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let sig = get("signature")?;
-    let operation = if req.method() == axum::http::Method::GET {
-        "read"
-    } else {
-        "write"
-    };
-    let path = get("path").unwrap_or_default();
-    let user = get("username").unwrap_or_default();
-    let exp = get("signature_expiration").and_then(|e| e.parse::<i64>().ok());
-    let id =
-        state.find_sandbox(|token| file_signature(&path, operation, &user, token, exp) == sig)?;
+    let signed = SignedFile::from_request(req)?;
+    let id = state.find_sandbox(|token| signed.signed_with(token))?;
     Some(Target {
         sandbox_id: id,
         port: cella_proto::ENVD_PORT,
     })
+}
+
+/// The signature parameters of a `/files` request (a signed file URL).
+struct SignedFile {
+    signature: String,
+    /// `read` for downloads, `write` for uploads.
+    operation: &'static str,
+    path: String,
+    user: String,
+    expiration: Option<i64>,
+}
+
+impl SignedFile {
+    /// `None` unless the request is to `/files` and carries a `signature` parameter.
+    fn from_request(req: &Request<Body>) -> Option<SignedFile> {
+        if req.uri().path() != "/files" {
+            return None;
+        }
+        let params = query_params(req.uri().query());
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        Some(SignedFile {
+            signature: get("signature")?,
+            operation: if req.method() == axum::http::Method::GET {
+                "read"
+            } else {
+                "write"
+            },
+            path: get("path").unwrap_or_default(),
+            user: get("username").unwrap_or_default(),
+            expiration: get("signature_expiration").and_then(|e| e.parse::<i64>().ok()),
+        })
+    }
+
+    fn signed_with(&self, token: &str) -> bool {
+        self.signature
+            == file_signature(
+                &self.path,
+                self.operation,
+                &self.user,
+                token,
+                self.expiration,
+            )
+    }
+
+    fn expired(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        self.expiration.is_some_and(|exp| now > exp)
+    }
 }
 
 /// E2B's signed-URL signature: `v1_` + base64(sha256("path:operation:user:token[:expiration]"))
@@ -142,7 +182,9 @@ fn query_params(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes a query-string component: `%XX` escapes and `+` for space; a malformed escape is
+/// kept as written.
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -180,38 +222,20 @@ fn authorize(req: &Request<Body>, token: Option<&str>) -> Result<(), ApiError> {
         return Ok(());
     }
     // Signed file URLs: GET (read) and POST (write) on /files.
-    if req.uri().path() == "/files" {
-        let params = query_params(req.uri().query());
-        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        if let Some(sig) = get("signature") {
-            let operation = if req.method() == axum::http::Method::GET {
-                "read"
-            } else {
-                "write"
-            };
-            let path = get("path").unwrap_or_default();
-            let user = get("username").unwrap_or_default();
-            let exp = get("signature_expiration").and_then(|e| e.parse::<i64>().ok());
-            if let Some(exp) = exp {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs() as i64)
-                    .unwrap_or(0);
-                if now > exp {
-                    return Err(ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        "the signed URL has expired",
-                    ));
-                }
-            }
-            if sig == file_signature(&path, operation, &user, token, exp) {
-                return Ok(());
-            }
+    if let Some(signed) = SignedFile::from_request(req) {
+        if signed.expired() {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "invalid file URL signature",
+                "the signed URL has expired",
             ));
         }
+        if signed.signed_with(token) {
+            return Ok(());
+        }
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid file URL signature",
+        ));
     }
     Err(ApiError::new(
         StatusCode::UNAUTHORIZED,
