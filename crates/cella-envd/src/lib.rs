@@ -46,6 +46,8 @@ impl Default for EnvdConfig {
 /// Shared state of one envd instance.
 pub struct EnvdState {
     pub config: EnvdConfig,
+    /// Sandbox-wide environment: `config.envs`, then whatever the host set through `/init`.
+    envs: std::sync::RwLock<BTreeMap<String, String>>,
     pub users: users::Users,
     pub processes: process::ProcessTable,
     pub watchers: filesystem::WatcherTable,
@@ -67,6 +69,7 @@ impl Envd {
     pub fn new(config: EnvdConfig) -> Self {
         let users = users::Users::load(&config.default_user);
         Envd(Arc::new(EnvdState {
+            envs: std::sync::RwLock::new(config.envs.clone()),
             config,
             users,
             processes: process::ProcessTable::default(),
@@ -84,8 +87,40 @@ impl Envd {
             .route("/health", get(health).head(health))
             .route("/metrics", get(metrics::handler))
             .route("/envs", get(envs))
+            .route("/init", axum::routing::post(init_route))
             .with_state(self.clone())
     }
+
+    /// The sandbox-wide environment every process starts with.
+    pub fn envs(&self) -> BTreeMap<String, String> {
+        self.envs.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Body of `POST /init` (E2B's internal route; the host calls it when it hands a ready
+/// sandbox to a caller). Unknown fields (E2B also sends tokens and timestamps) are ignored.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitRequest {
+    #[serde(default)]
+    env_vars: BTreeMap<String, String>,
+}
+
+/// Adds sandbox-wide environment variables (the gateway refuses this route; only the host's
+/// side of the socket reaches it).
+async fn init_route(
+    axum::extract::State(envd): axum::extract::State<Envd>,
+    body: axum::body::Bytes,
+) -> Result<axum::http::StatusCode, (axum::http::StatusCode, String)> {
+    let bad = |m: String| (axum::http::StatusCode::BAD_REQUEST, m);
+    let req: InitRequest =
+        serde_json::from_slice(&body).map_err(|e| bad(format!("malformed /init body: {e}")))?;
+    process::spawn::validate_envs(&req.env_vars).map_err(|e| bad(e.message))?;
+    envd.envs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(req.env_vars);
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
 async fn health() -> axum::http::StatusCode {
@@ -95,7 +130,7 @@ async fn health() -> axum::http::StatusCode {
 async fn envs(
     axum::extract::State(envd): axum::extract::State<Envd>,
 ) -> axum::Json<BTreeMap<String, String>> {
-    axum::Json(envd.config.envs.clone())
+    axum::Json(envd.envs())
 }
 
 /// Serves envd on an already-listening Unix socket until the listener fails.

@@ -207,6 +207,36 @@ impl EnvdClient {
     }
 
     /// `GET path` and its JSON answer (envd's `/metrics`, `/envs`).
+    /// Adds sandbox-wide environment variables (envd's internal `/init`), as when a ready
+    /// sandbox from a warm pool is handed to a caller who asked for `envVars`.
+    pub async fn set_envs(
+        &self,
+        envs: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ClientError> {
+        let body = serde_json::json!({ "envVars": envs }).to_string();
+        let req = Request::post("/init")
+            .header("host", "envd")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let resp = self.send(req).await?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        Err(RpcError::invalid_argument(format!(
+            "envd refused the environment ({status}): {}",
+            String::from_utf8_lossy(&bytes)
+        ))
+        .into())
+    }
+
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
         let req = Request::get(path)
             .header("host", "envd")

@@ -10,9 +10,11 @@ pub mod client;
 pub mod host;
 pub mod manager;
 pub mod native;
+pub mod pool;
 pub mod spec;
 
 pub use backend::{Backend, Instance, SandboxError, Transport, Usage};
 pub use client::{ClientError, EnvdClient, ProcessStream};
 pub use manager::{Sandbox, SandboxManager};
+pub use pool::{PoolJournal, PoolStats};
 pub use spec::{Limits, Network, SandboxSpec};

@@ -1,13 +1,15 @@
 //! `SandboxManager`: the lifecycle of sandboxes on one host, independent of the backend —
-//! create, look up, list, pause, resume, kill, end times (reaped at their deadline), and
-//! adopting sandboxes that outlived a restart of the process.
+//! create (from a warm pool when one matches), look up, list, pause, resume, kill, end times
+//! (reaped at their deadline), and adopting sandboxes that outlived a restart of the process.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use crate::backend::{Backend, Instance, SandboxError, Transport, Usage};
 use crate::client::EnvdClient;
+use crate::pool::{PoolJournal, PoolStats, Ready, WarmPool};
 use crate::spec::SandboxSpec;
 
 /// One live sandbox.
@@ -17,6 +19,8 @@ pub struct Sandbox {
     pub instance: Instance,
     pub envd: EnvdClient,
     pub started_at: SystemTime,
+    /// Served from a warm pool rather than built for this request.
+    pub from_pool: bool,
     end_at: Mutex<Option<SystemTime>>,
     paused: Mutex<bool>,
 }
@@ -39,6 +43,11 @@ impl Sandbox {
 pub struct SandboxManager {
     backend: Arc<dyn Backend>,
     sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
+    /// Warm pools by template name.
+    pools: RwLock<HashMap<String, Arc<WarmPool>>>,
+    journal: Mutex<Option<PoolJournal>>,
+    /// Set at shutdown: pools stop refilling.
+    closing: AtomicBool,
 }
 
 impl SandboxManager {
@@ -47,6 +56,9 @@ impl SandboxManager {
         let mgr = Arc::new(SandboxManager {
             backend,
             sandboxes: RwLock::new(HashMap::new()),
+            pools: RwLock::new(HashMap::new()),
+            journal: Mutex::new(None),
+            closing: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&mgr);
         tokio::spawn(async move {
@@ -99,15 +111,28 @@ impl SandboxManager {
         end_at: Option<SystemTime>,
         paused: bool,
     ) -> Arc<Sandbox> {
-        let envd = match &instance.transport {
-            Transport::Unix(p) => EnvdClient::unix(p.clone()),
-        };
+        self.register_from(id, spec, instance, started_at, end_at, paused, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn register_from(
+        &self,
+        id: String,
+        spec: SandboxSpec,
+        instance: Instance,
+        started_at: SystemTime,
+        end_at: Option<SystemTime>,
+        paused: bool,
+        from_pool: bool,
+    ) -> Arc<Sandbox> {
+        let envd = envd_client(&instance.transport);
         let sb = Arc::new(Sandbox {
             id: id.clone(),
             spec,
             instance,
             envd,
             started_at,
+            from_pool,
             end_at: Mutex::new(end_at),
             paused: Mutex::new(paused),
         });
@@ -115,10 +140,127 @@ impl SandboxManager {
         sb
     }
 
-    /// Creates a sandbox with a new id.
+    /// Creates a sandbox: a ready one from the template's warm pool when the spec matches the
+    /// pool's, else a new one.
     pub async fn create(&self, spec: SandboxSpec) -> Result<Arc<Sandbox>, SandboxError> {
+        if let Some(sb) = self.claim_warm(&spec).await {
+            return Ok(sb);
+        }
         self.create_with_id(cella_proto::ids::new_sandbox_id(), spec)
             .await
+    }
+
+    fn journal(&self) -> Option<PoolJournal> {
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Destroys a pooled sandbox that will not be handed out.
+    async fn discard(&self, ready: Ready) {
+        let _ = self.backend.kill(&ready.instance).await;
+        if let Some(j) = self.journal() {
+            j.forget(&ready.id);
+        }
+    }
+
+    async fn claim_warm(&self, spec: &SandboxSpec) -> Option<Arc<Sandbox>> {
+        let pool = self
+            .pools
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&spec.template)
+            .filter(|p| p.matches(spec))
+            .cloned()?;
+        let (ready, dead) = pool.take();
+        for d in dead {
+            self.discard(d).await;
+        }
+        let ready = ready?;
+        if let Some(j) = self.journal() {
+            j.forget(&ready.id);
+        }
+        if !spec.envs.is_empty()
+            && let Err(e) = envd_client(&ready.instance.transport)
+                .set_envs(&spec.envs)
+                .await
+        {
+            tracing::warn!(sandbox = %ready.id, "handing over a pooled sandbox: {e}; building one instead");
+            let _ = self.backend.kill(&ready.instance).await;
+            return None;
+        }
+        let now = SystemTime::now();
+        let end = spec.lifetime.map(|l| now + l);
+        Some(self.register_from(
+            ready.id,
+            spec.clone(),
+            ready.instance,
+            now,
+            end,
+            false,
+            true,
+        ))
+    }
+
+    /// Starts warm pools: `(spec, size)` per template. Sandboxes a previous process left in its
+    /// pools (recorded in `journal`) are destroyed first; returns how many.
+    pub async fn start_pools(
+        self: &Arc<Self>,
+        journal: PoolJournal,
+        pools: Vec<(SandboxSpec, usize)>,
+    ) -> usize {
+        let mut swept = 0;
+        for (id, state) in journal.leftovers() {
+            if let Some(instance) = self.backend.reattach(&id, &state) {
+                let _ = self.backend.kill(&instance).await;
+                swept += 1;
+            }
+            journal.forget(&id);
+        }
+        *self.journal.lock().unwrap_or_else(|p| p.into_inner()) = Some(journal);
+        for (spec, size) in pools {
+            if size == 0 {
+                continue;
+            }
+            let pool = Arc::new(WarmPool::new(spec, size));
+            self.pools
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pool.spec.template.clone(), pool.clone());
+            tokio::spawn(refill(Arc::downgrade(self), pool));
+        }
+        swept
+    }
+
+    pub fn pool_stats(&self) -> Vec<PoolStats> {
+        let mut v: Vec<PoolStats> = self
+            .pools
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|p| p.stats())
+            .collect();
+        v.sort_by(|a, b| a.template.cmp(&b.template));
+        v
+    }
+
+    /// Stops refilling and destroys every pooled (unclaimed) sandbox.
+    pub async fn drain_pools(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let pools: Vec<Arc<WarmPool>> = self
+            .pools
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for pool in pools {
+            pool.wake.notify_one();
+            for r in pool.drain() {
+                self.discard(r).await;
+            }
+        }
     }
 
     pub async fn create_with_id(
@@ -208,11 +350,60 @@ impl SandboxManager {
         Ok(self.backend.usage(&sb.instance))
     }
 
-    /// Kills every sandbox (shutdown).
+    /// Kills every sandbox (shutdown), pooled ones included.
     pub async fn kill_all(&self) {
+        self.drain_pools().await;
         let ids: Vec<String> = self.map().keys().cloned().collect();
         for id in ids {
             let _ = self.kill(&id).await;
+        }
+    }
+}
+
+fn envd_client(transport: &Transport) -> EnvdClient {
+    match transport {
+        Transport::Unix(p) => EnvdClient::unix(p.clone()),
+    }
+}
+
+/// Keeps one pool at its target size, one build at a time, until the manager closes.
+async fn refill(manager: Weak<SandboxManager>, pool: Arc<WarmPool>) {
+    loop {
+        let Some(mgr) = manager.upgrade() else { return };
+        if mgr.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if pool.len() >= pool.target {
+            drop(mgr);
+            pool.wake.notified().await;
+            continue;
+        }
+        let id = cella_proto::ids::new_sandbox_id();
+        match mgr.backend.create(&id, &pool.spec).await {
+            Ok(instance) => {
+                let ready = Ready { id, instance };
+                let recorded = match mgr.journal() {
+                    Some(j) => j.record(&ready.id, &ready.instance.state),
+                    None => Ok(()),
+                };
+                if let Err(e) = recorded {
+                    tracing::warn!(sandbox = %ready.id, "recording a pooled sandbox: {e}");
+                    mgr.discard(ready).await;
+                    pool.failed();
+                    tokio::time::sleep(crate::pool::RETRY_AFTER_FAILURE).await;
+                } else if mgr.closing.load(Ordering::SeqCst) {
+                    mgr.discard(ready).await;
+                    return;
+                } else {
+                    pool.push(ready);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(template = %pool.spec.template, "building a pooled sandbox: {e}");
+                pool.failed();
+                drop(mgr);
+                tokio::time::sleep(crate::pool::RETRY_AFTER_FAILURE).await;
+            }
         }
     }
 }

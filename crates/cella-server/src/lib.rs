@@ -115,6 +115,29 @@ impl Server {
             new_admin_key = Some(key.plaintext);
         }
         let manager = SandboxManager::new(backend);
+        let known = manager.backend().templates();
+        let mut pools = Vec::new();
+        for (template, size) in &config.warm_pools {
+            if !known.contains(template) {
+                return Err(ServeError::Config(format!(
+                    "warm pool for unknown template {template:?}: known templates are {}",
+                    known.join(", ")
+                )));
+            }
+            pools.push((lifecycle::template_spec(template), *size));
+        }
+        let swept = manager
+            .start_pools(
+                cella_sandbox::PoolJournal::new(config.data_dir.join("warm-pool")),
+                pools,
+            )
+            .await;
+        if swept > 0 {
+            tracing::info!(
+                swept,
+                "destroyed warm-pool sandboxes left by the previous server"
+            );
+        }
         let state = AppState(Arc::new(Inner {
             config,
             store,
@@ -145,13 +168,16 @@ impl Server {
                 source,
             })?;
         let app = router(self.state.clone());
-        axum::serve(listener, app)
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|source| ServeError::Io {
                 what: "serving".into(),
                 source,
-            })
+            });
+        // Claimed sandboxes outlive the server; ready ones in pools belong to nobody.
+        self.state.manager.drain_pools().await;
+        served
     }
 }
 
@@ -210,9 +236,10 @@ async fn prometheus(State(state): State<AppState>) -> Response {
             running += 1;
         }
     }
-    let text = state
+    let mut text = state
         .metrics
         .render(&[("running", running), ("paused", paused)]);
+    text.push_str(&metrics::render_pools(&state.manager.pool_stats()));
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 

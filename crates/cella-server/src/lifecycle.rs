@@ -39,6 +39,15 @@ fn resolve_template(state: &AppState, requested: &str) -> Result<String, ApiErro
     )))
 }
 
+/// What a sandbox of `template` is built from before a request adds its own settings; warm
+/// pools are filled from this, so a plain create matches them.
+pub fn template_spec(template: &str) -> SandboxSpec {
+    SandboxSpec {
+        template: template.to_string(),
+        ..SandboxSpec::default()
+    }
+}
+
 async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
     let entry = cella_store::NewSandboxLog {
         level,
@@ -147,11 +156,10 @@ pub async fn create(
         }
     }
     let spec = SandboxSpec {
-        template: template.clone(),
         envs: req.envs,
         lifetime: Some(req.timeout),
         metadata: req.metadata.clone(),
-        ..SandboxSpec::default()
+        ..template_spec(&template)
     };
     let started = Instant::now();
     let sb = match state.manager.create(spec.clone()).await {
@@ -207,7 +215,7 @@ pub async fn create(
         log(state, &sb.id, cella_store::LogLevel::Warn, w.clone()).await;
     }
     tracing::info!(sandbox = %sb.id, tenant = %caller.tenant.name, template = %record.template_id,
-        ms = started.elapsed().as_millis() as u64, "sandbox created");
+        warm = sb.from_pool, ms = started.elapsed().as_millis() as u64, "sandbox created");
     log(
         state,
         &sb.id,

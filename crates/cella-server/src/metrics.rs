@@ -142,3 +142,62 @@ impl<B: Body<Data = Bytes>> Body for CountingBody<B> {
         self.inner.size_hint()
     }
 }
+
+/// One exported pool series: name, type, help, value.
+type PoolSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&cella_sandbox::PoolStats) -> u64,
+);
+
+/// Warm-pool gauges and counters, one series per template.
+pub fn render_pools(pools: &[cella_sandbox::PoolStats]) -> String {
+    let mut out = String::new();
+    if pools.is_empty() {
+        return out;
+    }
+    let series: [PoolSeries; 5] = [
+        (
+            "cella_warm_pool_ready",
+            "gauge",
+            "Ready sandboxes in the warm pool.",
+            |p| p.ready as u64,
+        ),
+        (
+            "cella_warm_pool_target",
+            "gauge",
+            "Configured size of the warm pool.",
+            |p| p.target as u64,
+        ),
+        (
+            "cella_warm_pool_hits_total",
+            "counter",
+            "Creates served from the warm pool.",
+            |p| p.hits,
+        ),
+        (
+            "cella_warm_pool_misses_total",
+            "counter",
+            "Creates that found the warm pool empty.",
+            |p| p.misses,
+        ),
+        (
+            "cella_warm_pool_failures_total",
+            "counter",
+            "Warm-pool sandboxes that failed to build.",
+            |p| p.failures,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for p in pools {
+            out.push_str(&format!(
+                "{name}{{template=\"{}\"}} {}\n",
+                p.template,
+                value(p)
+            ));
+        }
+    }
+    out
+}

@@ -59,7 +59,7 @@ fn environment(
     if pty {
         env.insert("TERM".to_string(), "xterm-256color".to_string());
     }
-    env.extend(envd.config.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(envd.envs());
     env.extend(request.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
 }
@@ -87,7 +87,7 @@ fn resolve_cwd(envd: &Envd, user: &User, requested: Option<&str>) -> Result<Path
     }
 }
 
-fn validate_envs(envs: &BTreeMap<String, String>) -> Result<(), RpcError> {
+pub(crate) fn validate_envs(envs: &BTreeMap<String, String>) -> Result<(), RpcError> {
     for (k, v) in envs {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return Err(RpcError::invalid_argument(format!(

@@ -6,10 +6,19 @@ use cella_sandbox::native::{NativeBackend, NativeConfig};
 
 /// The native backend, using this very binary as the sandbox helper.
 pub fn native_backend() -> anyhow::Result<NativeBackend> {
+    native_backend_in(None)
+}
+
+/// The native backend keeping its templates under `data_dir` (the environment's or the
+/// per-user default when `None`).
+pub fn native_backend_in(data_dir: Option<&std::path::Path>) -> anyhow::Result<NativeBackend> {
     let exe =
         std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
-    NativeBackend::new(NativeConfig::with_helper(exe))
-        .context("preparing the native sandbox backend")
+    let mut config = NativeConfig::with_helper(exe);
+    if let Some(dir) = data_dir {
+        config.data_dir = dir.to_path_buf();
+    }
+    NativeBackend::new(config).context("preparing the native sandbox backend")
 }
 
 /// A single-threaded runtime: the local commands drive one sandbox at a time.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use cella_server::config::FileConfig;
 use cella_server::{Server, ServerConfig};
 
 fn default_data_dir() -> PathBuf {
@@ -14,13 +15,18 @@ fn default_data_dir() -> PathBuf {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "E2B SDK users set E2B_API_URL and E2B_SANDBOX_URL to the printed address and E2B_API_KEY to a key from `cella keys create`."
+    after_help = "Settings come from defaults, then the --config file (TOML), then CELLA_* environment variables, then flags; flags win.\n\nE2B SDK users set E2B_API_URL and E2B_SANDBOX_URL to the printed address and E2B_API_KEY to a key from `cella keys create`."
 )]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "CELLA_LISTEN", default_value = "127.0.0.1:3000")]
-    listen: SocketAddr,
-    /// Directory for the embedded database, keys and templates.
+    /// TOML configuration file (keys: listen, data_dir, database_url, domain, auth,
+    /// max_sandboxes_per_tenant, default_timeout, max_timeout, [warm_pools]).
+    #[arg(long, env = "CELLA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:3000].
+    #[arg(long, env = "CELLA_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Directory for the embedded database, keys and templates [default: /var/lib/cella, or
+    /// ~/.local/share/cella when not root].
     #[arg(long, env = "CELLA_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Database: sqlite://PATH (default: <data-dir>/cella.db) or postgres://USER@HOST/DB.
@@ -32,9 +38,71 @@ pub struct ServeArgs {
     /// Accept requests without API keys (only allowed on a loopback address).
     #[arg(long)]
     no_auth: bool,
-    /// Live sandboxes allowed per tenant.
-    #[arg(long, env = "CELLA_MAX_SANDBOXES", default_value_t = 100)]
-    max_sandboxes: u64,
+    /// Live sandboxes allowed per tenant [default: 100].
+    #[arg(long, env = "CELLA_MAX_SANDBOXES")]
+    max_sandboxes: Option<u64>,
+    /// Keep SIZE ready sandboxes of TEMPLATE so creates are served warm (repeatable; e.g.
+    /// --warm-pool base=4). Replaces the config file's [warm_pools].
+    #[arg(long = "warm-pool", env = "CELLA_WARM_POOL", value_delimiter = ',', value_name = "TEMPLATE=SIZE", value_parser = cella_server::config::parse_warm_pool)]
+    warm_pools: Vec<(String, usize)>,
+    /// Lifetime of a sandbox whose create names none, e.g. 5m [default: 5m].
+    #[arg(long, env = "CELLA_DEFAULT_TIMEOUT", value_parser = cella_sandbox::spec::parse_duration)]
+    default_timeout: Option<std::time::Duration>,
+    /// Longest lifetime a create or timeout request may ask for [default: 24h].
+    #[arg(long, env = "CELLA_MAX_TIMEOUT", value_parser = cella_sandbox::spec::parse_duration)]
+    max_timeout: Option<std::time::Duration>,
+}
+
+impl ServeArgs {
+    /// Defaults, then the file, then environment and flags (clap already merged those two).
+    fn resolve(self) -> anyhow::Result<ServerConfig> {
+        let file = match &self.config {
+            Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
+            None => FileConfig::default(),
+        };
+        let mut config = file
+            .resolve(default_data_dir())
+            .map_err(anyhow::Error::msg)?;
+        if let Some(dir) = self.data_dir {
+            if file.database_url.is_none() {
+                config.database_url = cella_server::config::default_database_url(&dir);
+            }
+            config.data_dir = dir;
+        }
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.database_url {
+            config.database_url = v;
+        }
+        if let Some(v) = self.domain {
+            config.domain = Some(v);
+        }
+        if self.no_auth {
+            config.auth = false;
+        }
+        if let Some(v) = self.max_sandboxes {
+            config.max_sandboxes_per_tenant = v;
+        }
+        if !self.warm_pools.is_empty() {
+            config.warm_pools = self.warm_pools.into_iter().collect();
+        }
+        if let Some(v) = self.default_timeout {
+            config.default_timeout_secs = v.as_secs();
+        }
+        if let Some(v) = self.max_timeout {
+            config.max_timeout_secs = v.as_secs();
+        }
+        if config.default_timeout_secs == 0 || config.default_timeout_secs > config.max_timeout_secs
+        {
+            anyhow::bail!(
+                "the default timeout ({}s) must be between 1s and the maximum timeout ({}s)",
+                config.default_timeout_secs,
+                config.max_timeout_secs
+            );
+        }
+        Ok(config)
+    }
 }
 
 /// Writes a line to stderr, ignoring a closed stderr (a server must not die because whoever
@@ -59,21 +127,14 @@ fn init_logging() {
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging();
-    let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
-    let mut config = ServerConfig::with_data_dir(data_dir.clone());
-    config.listen = args.listen;
-    if let Some(url) = args.database_url {
-        config.database_url = url;
-    }
-    config.domain = args.domain;
-    config.auth = !args.no_auth;
-    config.max_sandboxes_per_tenant = args.max_sandboxes;
+    let config = args.resolve()?;
+    let data_dir = config.data_dir.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let backend = super::local::native_backend()?;
+        let backend = super::local::native_backend_in(Some(&data_dir))?;
         let server = Server::start(config, Arc::new(backend)).await?;
         let url = format!("http://{}", server.state.config.listen);
         say(&format!("cella serve: listening on {url} (data in {})", data_dir.display()));

@@ -394,3 +394,88 @@ async fn skills_are_mounted_read_only_and_bad_names_refused() {
         );
     }
 }
+
+async fn wait_ready(mgr: &SandboxManager, want: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = mgr.pool_stats().first().map_or(0, |p| p.ready);
+        if ready >= want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pool never reached {want} ready sandboxes: {:?}",
+            mgr.pool_stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn warm_pool_serves_matching_creates_refills_and_sweeps_leftovers() {
+    let journal_dir = tempfile::tempdir().unwrap();
+    let journal = || cella_sandbox::PoolJournal::new(journal_dir.path().join("pool"));
+    let mgr = manager();
+    assert_eq!(
+        mgr.start_pools(journal(), vec![(SandboxSpec::default(), 2)])
+            .await,
+        0
+    );
+    wait_ready(&mgr, 2).await;
+    assert_eq!(std::fs::read_dir(journal().dir()).unwrap().count(), 2);
+
+    // A matching create (envs, metadata and lifetime are set at claim time) comes from the pool.
+    let mut spec = SandboxSpec::default();
+    spec.envs
+        .insert("POOL_GREETING".into(), "hello from the pool".into());
+    spec.lifetime = Some(Duration::from_secs(60));
+    let sb = mgr.create(spec).await.expect("create");
+    assert!(sb.from_pool, "a matching create must be served warm");
+    assert!(sb.end_at().is_some(), "the claim sets the end time");
+    let (out, _, end) = output(
+        &run_to_end(
+            &sb.envd,
+            &start("/bin/sh", &["-c", "printf %s \"$POOL_GREETING\""]),
+        )
+        .await,
+    );
+    assert_eq!(out, "hello from the pool");
+    assert_eq!(end.unwrap().exit_code, 0);
+    let stats = &mgr.pool_stats()[0];
+    assert_eq!((stats.hits, stats.misses), (1, 0), "{stats:?}");
+
+    // A create with other limits is built cold and does not touch the pool.
+    let mut other = SandboxSpec::default();
+    other.limits.pids = Some(64);
+    let cold = mgr.create(other).await.expect("cold create");
+    assert!(!cold.from_pool);
+
+    // The pool refills in the background, and the claimed sandbox left the journal.
+    wait_ready(&mgr, 2).await;
+    let journalled: Vec<String> = std::fs::read_dir(journal().dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(journalled.len(), 2, "{journalled:?}");
+    assert!(!journalled.contains(&format!("{}.json", sb.id)));
+    mgr.kill(&sb.id).await.unwrap();
+    mgr.kill(&cold.id).await.unwrap();
+
+    // A process that dies without draining its pools leaves ready sandboxes behind; the next
+    // one destroys them at start.
+    let pooled: Vec<String> = journalled
+        .iter()
+        .map(|f| f.trim_end_matches(".json").to_string())
+        .collect();
+    let next = manager();
+    let swept = next.start_pools(journal(), vec![]).await;
+    mgr.drain_pools().await; // the old manager's refill must not race the check below
+    assert_eq!(swept, 2, "both leftovers destroyed");
+    for id in &pooled {
+        let dir = NativeConfig::with_helper(env!("CARGO_BIN_EXE_cella").into())
+            .run_dir
+            .join(id);
+        assert!(!dir.exists(), "{} still exists", dir.display());
+    }
+    assert_eq!(std::fs::read_dir(journal().dir()).unwrap().count(), 0);
+}
