@@ -251,3 +251,82 @@ fn restart_server(data: &std::path::Path, port: u16) -> (Serve, ()) {
     }
     (server, ())
 }
+
+/// `cella bench e2b` end to end on a small sample: the SDK drives a server with a warm pool,
+/// the raw backend runs in the same process, and the report adds up.
+#[test]
+fn bench_e2b_reports_sdk_and_raw_series_with_pool_hits() {
+    require_root!();
+    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
+        eprintln!("SKIP: CELLA_TEST_VENV is not set (./scripts/test creates it)");
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_cella"))
+        .args(["bench", "e2b", "--runs", "4", "--concurrency", "1,2"])
+        .args(["--warm-pool", "2", "--rounds", "2", "--json", "--python"])
+        .arg(std::path::Path::new(&venv).join("bin/python"))
+        .output()
+        .expect("cella bench e2b");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let levels = report["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2, "{report}");
+    for (level, c) in levels.iter().zip([1, 2]) {
+        assert_eq!(level["concurrency"], c);
+        for side in ["server", "raw"] {
+            assert_eq!(level[side]["runs"], 4, "{report}");
+            let p50 = level[side]["p50_ms"].as_f64().unwrap();
+            assert!(p50 > 0.0 && p50 <= level[side]["p99_ms"].as_f64().unwrap());
+        }
+        let served =
+            level["warm_pool_hits"].as_u64().unwrap() + level["warm_pool_misses"].as_u64().unwrap();
+        assert_eq!(served, 4, "every SDK create asked the pool: {report}");
+        assert!(level["warm_pool_hits"].as_u64().unwrap() >= 2, "{report}");
+    }
+    assert!(report["target_met"].is_boolean());
+}
+
+/// A configuration file with a typo, or a pool for a template that does not exist, stops the
+/// server at start with a message naming the problem.
+#[test]
+fn serve_refuses_bad_configuration() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let conf = data.path().join("cella.toml");
+    std::fs::write(&conf, "listen = \"127.0.0.1:0\"\nwarm_pool = 3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cella"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&conf)
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .expect("cella serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("warm_pool") && err.contains("cella.toml"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &conf,
+        "listen = \"127.0.0.1:0\"\n[warm_pools]\nnosuch = 2\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cella"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&conf)
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("CELLA_RUN_DIR", data.path().join("run"))
+        .output()
+        .expect("cella serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("\"nosuch\"") && err.contains("known templates are"),
+        "{err}"
+    );
+}

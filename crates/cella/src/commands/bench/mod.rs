@@ -11,12 +11,17 @@ use cella_sandbox::spec::SandboxSpec;
 use cella_sandbox::{EnvdClient, Transport};
 use serde::Serialize;
 
+mod e2b;
+
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Create → exec /bin/true → destroy, against raw bubblewrap doing the same.
     Sandbox(SandboxBench),
     /// Agent overhead per step, excluding model and tool time (zero-latency model, trivial tool).
     Agent(AgentBench),
+    /// Create → commands.run("true") → kill through the e2b Python SDK against `cella serve`
+    /// (warm pool), against the raw backend without a server, at several concurrencies.
+    E2b(e2b::E2bBench),
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,7 +57,13 @@ pub struct Series {
 
 impl Series {
     fn from(name: &str, samples: &[Duration]) -> Series {
-        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+        Self::from_ms(
+            name,
+            samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect(),
+        )
+    }
+
+    fn from_ms(name: &str, mut ms: Vec<f64>) -> Series {
         ms.sort_by(f64::total_cmp);
         let pct = |p: f64| -> f64 {
             if ms.is_empty() {
@@ -89,6 +100,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Sandbox(args) => sandbox(args),
         BenchCommand::Agent(args) => agent(args),
+        BenchCommand::E2b(args) => e2b::run(args),
     }
 }
 
