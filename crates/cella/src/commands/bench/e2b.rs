@@ -276,7 +276,7 @@ fn batches(runs: usize, rounds: usize) -> Vec<usize> {
 }
 
 pub fn run(args: E2bBench) -> anyhow::Result<ExitCode> {
-    if args.runs == 0 || args.concurrency.iter().any(|&c| c == 0) {
+    if args.runs == 0 || args.concurrency.contains(&0) {
         bail!("--runs and every --concurrency level must be at least 1");
     }
     let py = python(&args)?;
