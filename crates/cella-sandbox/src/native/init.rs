@@ -79,6 +79,10 @@ pub struct InitReport {
     pub rootless: bool,
 }
 
+/// The line a helper writes on stdout, after its report, once the sandbox's init has been
+/// reaped: the sandbox is gone; only removing its cgroups follows.
+pub const ENDED_LINE: &str = "ended";
+
 /// Runs the helper. `guest` becomes PID 1 of the sandbox with the listening socket.
 pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     sys::setsid();
@@ -102,12 +106,19 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
         }
     };
     emit(&report);
-    // Stay as the sandbox's parent: reap it, then clean up after it.
+    // Stay as the sandbox's parent: reap it, then clean up after it. The host learns the
+    // sandbox is gone from the `ended` line; removing the cgroups follows.
     let status = sys::wait_child(child).unwrap_or(0);
-    cgroup.remove();
     let _ = std::fs::remove_file(dir.join("envd.sock"));
     let _ = std::fs::remove_dir(dir.join("root"));
     let _ = std::fs::remove_dir_all(&dir);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(format!("{ENDED_LINE}\n").as_bytes());
+        let _ = out.flush();
+    }
+    cgroup.leave_current();
+    cgroup.remove();
     sys::exit_now(if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
@@ -119,17 +130,14 @@ fn fail(error: String) -> Result<Built, String> {
     Err(error)
 }
 
+/// Writes the report line. Stdout stays open: the host learns that the sandbox ended from the
+/// next line ([`ENDED_LINE`]) or from end of file if the helper dies; a host that went away
+/// only makes that write fail (Rust ignores SIGPIPE).
 fn emit(report: &InitReport) {
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, report);
     let _ = out.write_all(b"\n");
     let _ = out.flush();
-    // Close stdout so the host's read ends here even though the helper lives on.
-    let devnull = std::fs::OpenOptions::new().write(true).open("/dev/null");
-    if let Ok(null) = devnull {
-        // SAFETY: dup2 onto fd 1 replaces stdout with /dev/null; both descriptors are valid.
-        unsafe { libc::dup2(null.as_raw_fd(), 1) };
-    }
 }
 
 type Built = (InitReport, i32, CgroupPaths, PathBuf);
@@ -156,17 +164,33 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
 
     let (cgroup, cg_warnings) = CgroupPaths::create(&req.id, &req.limits);
     warnings.extend(cg_warnings);
+    // The helper joins the cgroups itself, before it clones the sandbox, so the sandbox is
+    // born inside them (see `join_current` for why that is fast).
+    let self_joined = match cgroup.join_current(&req.limits) {
+        Ok(joined) => joined,
+        Err(_) => {
+            // Attaching the child below is the fallback (and warns if that fails too).
+            cgroup.leave_current();
+            false
+        }
+    };
+    // Failures from here on must not leave the cgroups behind.
+    let undo = |e: String| {
+        cgroup.leave_current();
+        cgroup.remove();
+        e
+    };
 
     let socket = req.dir.join("envd.sock");
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)
-        .map_err(|e| err(format!("binding {}: {e}", socket.display())))?;
+        .map_err(|e| undo(format!("binding {}: {e}", socket.display())))?;
     let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(req.dir.join("envd.log"))
-        .map_err(|e| err(format!("creating the sandbox log: {e}")))?;
+        .map_err(|e| undo(format!("creating the sandbox log: {e}")))?;
 
     let workspace_tree = match (&req.workdir, rootless) {
         (Some(dir), false) => {
@@ -181,8 +205,8 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
         _ => None,
     };
 
-    let (go_r, go_w) = sys::pipe().map_err(|e| err(e.to_string()))?;
-    let (ready_r, ready_w) = sys::pipe().map_err(|e| err(e.to_string()))?;
+    let (go_r, go_w) = sys::pipe().map_err(|e| undo(e.to_string()))?;
+    let (ready_r, ready_w) = sys::pipe().map_err(|e| undo(e.to_string()))?;
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
@@ -191,7 +215,7 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
     // SAFETY: the helper is single-threaded (a fresh process that started no threads).
-    let pid = unsafe { sys::clone_into_namespaces(flags) }.map_err(|e| err(e.to_string()))?;
+    let pid = unsafe { sys::clone_into_namespaces(flags) }.map_err(|e| undo(e.to_string()))?;
     if pid == 0 {
         drop(go_w);
         drop(ready_r);
@@ -223,21 +247,22 @@ fn build(req: &InitRequest, guest: fn(UnixListener, GuestConfig) -> !) -> Result
     drop(ready_w);
     drop(listener);
     drop(workspace_tree);
+    // The helper shares the sandbox's cgroups, so it must never be the process the OOM killer
+    // picks (set after the clone: the sandbox keeps the ordinary score).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
 
     let kill_child = |e: String| {
         let _ = sys::kill(pid, libc::SIGKILL);
         let _ = sys::wait_child(pid);
-        cgroup.remove();
-        err(e)
+        undo(e)
     };
     write_id_maps(pid, rootless, req.id_base).map_err(&kill_child)?;
     let mut go = std::fs::File::from(go_w);
     go.write_all(b"g")
         .map_err(|e| kill_child(format!("starting the sandbox: {e}")))?;
-    // Joining cgroups can cost a kernel RCU grace period (~10 ms on cgroup v1), so it happens
-    // here, while the child builds its root filesystem; the child waits for it before it runs
-    // anything of the sandbox's.
-    if let Err(e) = cgroup.attach(pid) {
+    // Where the helper could not join first (cgroup v2), the child is attached here, while it
+    // builds its root filesystem; it waits for this before it runs anything of the sandbox's.
+    if !self_joined && let Err(e) = cgroup.attach(pid) {
         warnings.push(format!(
             "resource limits not enforced: joining the sandbox cgroup failed: {e}"
         ));

@@ -111,10 +111,7 @@ impl NativeBackend {
             .map_err(|e| SandboxError::Create(format!("corrupt native sandbox state: {e}")))
     }
 
-    async fn spawn_helper(
-        &self,
-        req: &InitRequest,
-    ) -> Result<(tokio::process::Child, InitReport), SandboxError> {
+    async fn spawn_helper(&self, req: &InitRequest) -> Result<(Helper, InitReport), SandboxError> {
         let mut child = tokio::process::Command::new(&self.config.helper)
             .arg(HELPER_SUBCOMMAND)
             .env_clear()
@@ -146,8 +143,13 @@ impl NativeBackend {
             .stdout
             .take()
             .ok_or_else(|| SandboxError::Create("the helper has no stdout".into()))?;
+        let mut helper = Helper {
+            child,
+            stdout: BufReader::new(stdout),
+        };
         let mut line = String::new();
-        BufReader::new(stdout)
+        helper
+            .stdout
             .read_line(&mut line)
             .await
             .map_err(|source| SandboxError::Io {
@@ -160,8 +162,14 @@ impl NativeBackend {
                 self.config.helper.display()
             ))
         })?;
-        Ok((child, report))
+        Ok((helper, report))
     }
+}
+
+/// A running helper: its process and its stdout (the report, then [`init::ENDED_LINE`]).
+struct Helper {
+    child: tokio::process::Child,
+    stdout: BufReader<tokio::process::ChildStdout>,
 }
 
 impl Backend for NativeBackend {
@@ -216,9 +224,9 @@ impl Backend for NativeBackend {
                 skills: spec.skills.clone(),
                 id_base: self.config.id_base,
             };
-            let (mut child, report) = self.spawn_helper(&req).await?;
+            let (mut helper, report) = self.spawn_helper(&req).await?;
             if !report.ok {
-                let _ = child.wait().await;
+                let _ = helper.child.wait().await;
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(SandboxError::Create(
                     report.error.unwrap_or_else(|| "unknown failure".into()),
@@ -226,8 +234,12 @@ impl Backend for NativeBackend {
             }
             let (tx, rx) = watch::channel(false);
             tokio::spawn(async move {
-                let _ = child.wait().await;
+                // `ended` once the sandbox's init is reaped (end of file if the helper died);
+                // the helper removes the cgroups after that and exits.
+                let mut line = String::new();
+                let _ = helper.stdout.read_line(&mut line).await;
                 let _ = tx.send(true);
+                let _ = helper.child.wait().await;
             });
             let state = NativeState {
                 helper_pid: -1,
