@@ -257,13 +257,14 @@ impl CgroupPaths {
             .map(|(_, p)| p.as_path())
     }
 
-    /// The `cgroup.procs` files of every cgroup of the sandbox (for callers that place a
-    /// process themselves, e.g. benchmark baselines).
-    pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs()
-            .into_iter()
-            .map(|d| d.join("cgroup.procs"))
-            .collect()
+    /// The files a single-threaded process writes `0` into to join every cgroup of the
+    /// sandbox the fast way (`tasks` on v1, `cgroup.procs` on v2; see `join_current`), for
+    /// callers that place a process themselves, e.g. benchmark baselines.
+    pub fn join_files(&self) -> Vec<PathBuf> {
+        match &self.v2 {
+            Some(d) => vec![d.join("cgroup.procs")],
+            None => self.v1.iter().map(|(_, d)| d.join("tasks")).collect(),
+        }
     }
 
     /// Moves process `pid` (and its threads) into every cgroup of the sandbox.

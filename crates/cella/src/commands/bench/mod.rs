@@ -91,7 +91,7 @@ struct Report {
     /// `cella exec -- /bin/true` process median over `bwrap … /bin/true` process median.
     ratio_cli_vs_bwrap: f64,
     /// The same ratios against bwrap placed in cgroups with the same limits (equivalent
-    /// resource isolation; cgroup v1 joins cost a kernel RCU grace period).
+    /// resource isolation; the process joins them the way cella's helper does).
     ratio_inprocess_vs_bwrap_cgroup: f64,
     ratio_cli_vs_bwrap_cgroup: f64,
 }
@@ -152,7 +152,7 @@ fn time_bwrap_in_cgroup(n: usize, spec: &SandboxSpec) -> anyhow::Result<Duration
     let (cg, _warnings) =
         cella_sandbox::native::cgroup::CgroupPaths::create(&format!("benchbwrap{n}"), &spec.limits);
     let files: Vec<std::ffi::CString> = cg
-        .procs_files()
+        .join_files()
         .iter()
         .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok())
         .collect();
