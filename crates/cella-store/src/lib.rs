@@ -1,5 +1,6 @@
-//! Persistence for `cella serve`: tenants, API keys, sandboxes, sandbox logs and the audit trail,
-//! on SQLite (the embedded default, WAL) or Postgres, with migrations for both.
+//! Persistence for `cella serve`: tenants, API keys, sandboxes, sandbox logs, the audit trail and
+//! the Agent Skills registry, on SQLite (the embedded default, WAL) or Postgres, with migrations
+//! for both.
 //!
 //! Owns the schema and every SQL statement. Must not know about HTTP, the E2B wire shapes,
 //! backends or how a sandbox is run: records carry a backend's state as opaque JSON.
@@ -13,6 +14,7 @@ mod db;
 mod error;
 mod sandbox_logs;
 mod sandboxes;
+mod skills;
 mod tenants;
 
 use chrono::{DateTime, Utc};
@@ -27,6 +29,7 @@ pub use sandbox_logs::{
 pub use sandboxes::{
     MAX_PAGE_LIMIT, Page, PageRequest, SandboxFilter, SandboxRecord, SandboxState, SortOrder,
 };
+pub use skills::{MAX_SKILL_PAGE_LIMIT, NewSkillVersion, SkillFile, SkillVersionRecord};
 pub use tenants::TenantRecord;
 
 /// The store: a pool of connections to one database. Cheap to clone (the pool is shared).

@@ -14,6 +14,7 @@ mod audit;
 mod logs;
 mod open;
 mod sandboxes;
+mod skills;
 mod tenants;
 
 /// A store for one test, and how to reach its database directly.
