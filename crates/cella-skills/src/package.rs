@@ -9,10 +9,11 @@
 //! backslashes or NUL, or leave the skill folder (zip-slip); symlinks whose target leaves the
 //! skill; archives over the size and entry limits (zip bombs). It extracts into a temporary
 //! directory beside the destination, loads the result leniently, and only then renames it into
-//! place as `<dest>/<name>`.
+//! place as `<dest>/<name>`. [`unpack_bytes`] applies the same checks to an archive held in
+//! memory (the server's skill registry) and leaves validation to its caller.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Component, Path, PathBuf};
 
 use zip::write::SimpleFileOptions;
@@ -363,12 +364,22 @@ struct Entry {
 }
 
 fn read_archive(path: &Path) -> Result<Vec<Entry>, PackageError> {
+    let file = File::open(path).map_err(io("open", path))?;
+    read_entries(file, path, MAX_UNPACKED_BYTES)
+}
+
+/// Reads and checks every entry of the archive `reader` (at most `max_unpacked` bytes in all);
+/// `path` names it in messages.
+fn read_entries<R: Read + Seek>(
+    reader: R,
+    path: &Path,
+    max_unpacked: u64,
+) -> Result<Vec<Entry>, PackageError> {
     let zerr = |source| PackageError::Zip {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io("open", path))?;
-    let mut archive = zip::ZipArchive::new(file).map_err(zerr)?;
+    let mut archive = zip::ZipArchive::new(reader).map_err(zerr)?;
     if archive.len() > MAX_ENTRIES {
         return Err(PackageError::TooLarge {
             path: path.to_path_buf(),
@@ -392,16 +403,16 @@ fn read_archive(path: &Path) -> Result<Vec<Entry>, PackageError> {
         let mode = f.unix_mode();
         let mut data = Vec::new();
         if !is_dir {
-            let budget = MAX_UNPACKED_BYTES.saturating_sub(total);
+            let budget = max_unpacked.saturating_sub(total);
             (&mut f)
                 .take(budget.saturating_add(1))
                 .read_to_end(&mut data)
                 .map_err(io("read", path))?;
             total = total.saturating_add(data.len() as u64);
-            if total > MAX_UNPACKED_BYTES {
+            if total > max_unpacked {
                 return Err(PackageError::TooLarge {
                     path: path.to_path_buf(),
-                    limit: format!("{MAX_UNPACKED_BYTES} unpacked bytes"),
+                    limit: format!("{max_unpacked} unpacked bytes"),
                 });
             }
         }
@@ -458,10 +469,15 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// Writes entries under `into`: directories and files first, symlinks last, so nothing is ever
 /// written through a link from the archive; each link's target, resolved from its real (already
-/// extracted) parent, must stay inside `into`.
-fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(), PackageError> {
+/// extracted) parent, must stay inside `into`. Returns the files and links written.
+fn extract(
+    entries: Vec<Entry>,
+    prefix: Option<&str>,
+    into: &Path,
+) -> Result<Vec<UnpackedFile>, PackageError> {
     let real_root = std::fs::canonicalize(into).map_err(io("resolve", into))?;
     let mut links = Vec::new();
+    let mut written = Vec::new();
     for e in entries {
         let parts: &[String] = match prefix {
             Some(p) if e.parts[0] == p => &e.parts[1..],
@@ -474,6 +490,12 @@ fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(),
         let rel: PathBuf = parts.iter().collect();
         let dest = into.join(&rel);
         if let Some(target) = e.link {
+            written.push(UnpackedFile {
+                path: parts.join("/"),
+                size: target.len() as u64,
+                executable: false,
+                symlink: Some(target.clone()),
+            });
             links.push((rel, target));
             continue;
         }
@@ -486,6 +508,12 @@ fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(),
             let mut f = File::create(&dest).map_err(io("create", &dest))?;
             f.write_all(&e.data).map_err(io("write", &dest))?;
             set_mode(&dest, e.mode)?;
+            written.push(UnpackedFile {
+                path: parts.join("/"),
+                size: e.data.len() as u64,
+                executable: is_executable(e.mode),
+                symlink: None,
+            });
         }
     }
     for (rel, target) in links {
@@ -508,7 +536,13 @@ fn extract(entries: Vec<Entry>, prefix: Option<&str>, into: &Path) -> Result<(),
         }
         make_symlink(&tpath, &dest)?;
     }
-    Ok(())
+    written.sort_by(|a, b| a.path.cmp(&b.path));
+    written.dedup_by(|a, b| a.path == b.path);
+    Ok(written)
+}
+
+fn is_executable(mode: Option<u32>) -> bool {
+    mode.is_some_and(|m| m & 0o111 != 0)
 }
 
 #[cfg(unix)]
@@ -527,8 +561,7 @@ fn make_symlink(_target: &Path, link: &Path) -> Result<(), PackageError> {
 #[cfg(unix)]
 fn set_mode(path: &Path, mode: Option<u32>) -> Result<(), PackageError> {
     use std::os::unix::fs::PermissionsExt;
-    let exec = mode.is_some_and(|m| m & 0o111 != 0);
-    let perms = std::fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 });
+    let perms = std::fs::Permissions::from_mode(if is_executable(mode) { 0o755 } else { 0o644 });
     std::fs::set_permissions(path, perms).map_err(io("chmod", path))
 }
 
@@ -562,6 +595,48 @@ fn copy_tree(src: &Path, into: &Path) -> Result<(), PackageError> {
         }
     }
     Ok(())
+}
+
+/// A regular file or symlink of an unpacked skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpackedFile {
+    /// Relative to the skill root, with `/` separators.
+    pub path: String,
+    /// Bytes written (for a symlink, the length of its target).
+    pub size: u64,
+    /// Whether the archive marks it executable (it was written 0755, else 0644).
+    pub executable: bool,
+    /// The target, when the entry is a symlink (it stays inside the skill).
+    pub symlink: Option<String>,
+}
+
+/// What [`unpack_bytes`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unpacked {
+    /// The archive's top-level folder when the skill sits in one (`<folder>/SKILL.md`); `None`
+    /// when SKILL.md is at the archive's root.
+    pub folder: Option<String>,
+    /// Files and symlinks written, sorted by path (directories are not listed).
+    pub files: Vec<UnpackedFile>,
+}
+
+/// Unpacks a skill archive held in memory into the existing directory `into`, which becomes the
+/// skill's root (SKILL.md lands at `into/SKILL.md`). The same refusals as [`install`], the
+/// same entry limit, and at most `max_unpacked` bytes (capped at [`MAX_UNPACKED_BYTES`]);
+/// `shown` names the archive in messages. Nothing is validated beyond safety (the caller
+/// validates the skill); on error `into` may hold part of the tree, so unpack into a directory
+/// that is removed on failure.
+pub fn unpack_bytes(
+    bytes: &[u8],
+    shown: &Path,
+    into: &Path,
+    max_unpacked: u64,
+) -> Result<Unpacked, PackageError> {
+    let max_unpacked = max_unpacked.min(MAX_UNPACKED_BYTES);
+    let entries = read_entries(std::io::Cursor::new(bytes), shown, max_unpacked)?;
+    let folder = skill_prefix(&entries, shown)?;
+    let files = extract(entries, folder.as_deref(), into)?;
+    Ok(Unpacked { folder, files })
 }
 
 /// A temporary directory beside the destination, removed on drop unless kept.

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use cella_skills::package::{PackageError, install, package};
+use cella_skills::package::{PackageError, install, package, unpack_bytes};
 use zip::write::SimpleFileOptions;
 
 use super::support::{md, skill, valid};
@@ -211,4 +211,98 @@ fn symlink_chains_that_escape_are_refused() {
         Err(PackageError::SymlinkEscapes { .. })
     ));
     assert!(!dest.join("c").exists());
+}
+
+#[test]
+fn unpack_bytes_writes_the_skill_root_and_lists_its_files() {
+    let t = tempfile::tempdir().unwrap();
+    let z = t.path().join("s.zip");
+    {
+        let f = std::fs::File::create(&z).unwrap();
+        let mut w = zip::ZipWriter::new(f);
+        w.start_file("s/SKILL.md", SimpleFileOptions::default())
+            .unwrap();
+        w.write_all(&skill_md("s")).unwrap();
+        w.start_file(
+            "s/scripts/run.sh",
+            SimpleFileOptions::default().unix_permissions(0o755),
+        )
+        .unwrap();
+        w.write_all(b"echo hi\n").unwrap();
+        w.add_symlink("s/run", "scripts/run.sh", SimpleFileOptions::default())
+            .unwrap();
+        w.finish().unwrap();
+    }
+    let bytes = std::fs::read(&z).unwrap();
+    let into = t.path().join("root");
+    std::fs::create_dir(&into).unwrap();
+    let got = unpack_bytes(&bytes, Path::new("upload"), &into, 1 << 20).unwrap();
+    assert_eq!(got.folder.as_deref(), Some("s"));
+    let files: Vec<(&str, u64, bool, Option<&str>)> = got
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.size, f.executable, f.symlink.as_deref()))
+        .collect();
+    assert_eq!(
+        files,
+        vec![
+            ("SKILL.md", skill_md("s").len() as u64, false, None),
+            ("run", 14, false, Some("scripts/run.sh")),
+            ("scripts/run.sh", 8, true, None),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(into.join("run")).unwrap(),
+        "echo hi\n"
+    );
+
+    // Root-level archive: no folder.
+    let z = t.path().join("flat.zip");
+    zip_with(&z, &[("SKILL.md", &skill_md("flat"))]);
+    let into = t.path().join("flat");
+    std::fs::create_dir(&into).unwrap();
+    let got = unpack_bytes(
+        &std::fs::read(&z).unwrap(),
+        Path::new("upload"),
+        &into,
+        1 << 20,
+    )
+    .unwrap();
+    assert_eq!(got.folder, None);
+    assert!(into.join("SKILL.md").is_file());
+
+    // The caller's size limit, zip-slip, and bytes that are no zip.
+    let z = t.path().join("big.zip");
+    zip_with(
+        &z,
+        &[("b/SKILL.md", &skill_md("b")), ("b/big", &[0u8; 4096])],
+    );
+    let into = t.path().join("big");
+    std::fs::create_dir(&into).unwrap();
+    let err = unpack_bytes(
+        &std::fs::read(&z).unwrap(),
+        Path::new("upload"),
+        &into,
+        1000,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, PackageError::TooLarge { limit, .. } if limit == "1000 unpacked bytes"),
+        "{err}"
+    );
+    let z = t.path().join("slip.zip");
+    zip_with(&z, &[("e/SKILL.md", &skill_md("e")), ("e/../../x", b"x")]);
+    let into = t.path().join("slip");
+    std::fs::create_dir(&into).unwrap();
+    let err = unpack_bytes(
+        &std::fs::read(&z).unwrap(),
+        Path::new("upload"),
+        &into,
+        1 << 20,
+    )
+    .unwrap_err();
+    assert!(matches!(err, PackageError::UnsafeEntry { .. }), "{err}");
+    assert!(!t.path().join("x").exists());
+    let err = unpack_bytes(b"not a zip", Path::new("upload"), &into, 1 << 20).unwrap_err();
+    assert!(matches!(err, PackageError::Zip { .. }), "{err}");
 }
