@@ -37,6 +37,9 @@ pub struct NewSandbox {
     pub allow_internet_access: Option<bool>,
     #[serde(default)]
     pub auto_pause: Option<bool>,
+    /// cella extension: skills to mount at `/skills/<name>` (`name` or `name@VERSION`).
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
 }
 
 fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -100,6 +103,13 @@ async fn create_from(
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
     let timeout = timeout_secs(&state, req.timeout)?;
+    let skills = crate::skills_api::mounts_for_create(
+        &state,
+        &caller,
+        req.skills.as_deref(),
+        req.metadata.as_ref(),
+    )
+    .await?;
     if req.allow_internet_access == Some(true) {
         tracing::debug!(
             "allow_internet_access requested; network policy is not implemented yet, the sandbox has no network"
@@ -114,6 +124,7 @@ async fn create_from(
             secure: req.secure,
             metadata: req.metadata.unwrap_or_default(),
             envs: req.env_vars.unwrap_or_default(),
+            skills,
         },
     )
     .await?;

@@ -12,6 +12,7 @@ pub mod error;
 pub mod gateway;
 pub mod lifecycle;
 pub mod metrics;
+pub mod skills_api;
 pub mod state;
 
 use std::collections::HashMap;
@@ -208,6 +209,7 @@ fn control_routes() -> Router<AppState> {
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/v2/sandboxes/{id}/logs", get(control::logs))
         .route("/sandboxes/{id}/network", put(control::network))
+        .merge(skills_api::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }

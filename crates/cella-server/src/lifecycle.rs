@@ -21,6 +21,8 @@ pub struct CreateRequest {
     pub secure: bool,
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
+    /// Skill mounts (name → extracted directory), resolved by `skills_api`.
+    pub skills: BTreeMap<String, std::path::PathBuf>,
 }
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
@@ -159,6 +161,7 @@ pub async fn create(
         envs: req.envs,
         lifetime: Some(req.timeout),
         metadata: req.metadata.clone(),
+        skills: req.skills,
         ..template_spec(&template)
     };
     let started = Instant::now();

@@ -4,4 +4,5 @@ mod exec;
 mod manager;
 mod run;
 mod skills;
+mod skills_registry;
 mod support;
