@@ -62,7 +62,13 @@ async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: 
     }
 }
 
-async fn audit(state: &AppState, caller: &Caller, action: &str, target: &str, detail: Value) {
+pub(crate) async fn audit(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    target: &str,
+    detail: Value,
+) {
     if let Err(e) = state
         .store
         .record_audit(&caller.tenant.id, &caller.actor, action, target, &detail)

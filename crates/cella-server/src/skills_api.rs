@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::Caller;
 use crate::control::rfc3339;
 use crate::error::ApiError;
+use crate::lifecycle::audit;
 use crate::state::AppState;
 
 /// Largest archive an upload may carry (413 past it).
@@ -150,16 +151,6 @@ async fn find_version(
             }
             _ => Err(skill_not_found(name)),
         },
-    }
-}
-
-async fn audit(state: &AppState, caller: &Caller, action: &str, target: &str, detail: Value) {
-    if let Err(e) = state
-        .store
-        .record_audit(&caller.tenant.id, &caller.actor, action, target, &detail)
-        .await
-    {
-        tracing::warn!("writing audit record: {e}");
     }
 }
 

@@ -181,6 +181,25 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// The page of a query that fetched `limit + 1` rows: the first `limit`, and the cursor of
+    /// the last one when the extra row shows that more follow.
+    pub(crate) fn from_overfetch(
+        mut items: Vec<T>,
+        limit: u32,
+        cursor_of: impl Fn(&T) -> String,
+    ) -> Page<T> {
+        let limit = limit as usize;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(cursor_of)
+        } else {
+            None
+        };
+        Page { items, next_cursor }
+    }
+}
+
 fn encode_cursor(started_at: i64, id: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{started_at}:{id}"))
 }
@@ -531,16 +550,9 @@ impl Store {
             q.build_query_as::<SandboxRow>().fetch_all(pool).await
         })
         .map_err(query_error(format!("list sandboxes of tenant {tenant_id}")))?;
-        let mut items = records(rows)?;
-        let next_cursor = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items
-                .last()
-                .map(|last| encode_cursor(to_millis(last.started_at), &last.id))
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetch(records(rows)?, limit, |last| {
+            encode_cursor(to_millis(last.started_at), &last.id)
+        }))
     }
 
     /// How many of `tenant_id`'s sandboxes are running (paused ones do not count).

@@ -300,14 +300,9 @@ impl Store {
             .await
         })
         .map_err(query_error(format!("list skills of tenant {tenant_id}")))?;
-        let mut items = records(rows)?;
-        let next_cursor = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items.last().map(|last| URL_SAFE_NO_PAD.encode(&last.name))
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetch(records(rows)?, limit, |last| {
+            URL_SAFE_NO_PAD.encode(&last.name)
+        }))
     }
 
     /// The archive bytes of version `version` of `tenant_id`'s skill `name`.
