@@ -13,6 +13,7 @@ use cella_proto::process::{
     ProcessConfig, ProcessEvent, ProcessOutput, ProcessSelector, SendSignalRequest, Signal,
     StartRequest,
 };
+use cella_proto::query::percent_encode;
 use cella_sandbox::{ClientError, EnvdClient};
 use http_body_util::{BodyExt, Full};
 
@@ -380,19 +381,6 @@ fn error_message(body: &[u8]) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned())
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters and `/`.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,10 +392,5 @@ mod tests {
         assert_eq!(s.resolve("/etc/x"), "/etc/x");
         assert_eq!(s.resolve("~/x"), "~/x");
         assert_eq!(s.resolve("."), "/workspace/");
-    }
-
-    #[test]
-    fn query_values_are_encoded() {
-        assert_eq!(percent_encode("/a b/ü&x=1"), "/a%20b/%C3%BC%26x%3D1");
     }
 }

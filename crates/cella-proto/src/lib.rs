@@ -11,6 +11,7 @@ pub mod error;
 pub mod filesystem;
 pub mod ids;
 pub mod process;
+pub mod query;
 
 pub use envelope::{Envelope, EnvelopeDecoder, FLAG_COMPRESSED, FLAG_END_STREAM};
 pub use error::{Code, RpcError};

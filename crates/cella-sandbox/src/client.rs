@@ -1,28 +1,32 @@
 //! The host side of the envd protocol: Connect JSON calls over HTTP/1.1 to a sandbox's agent,
-//! on whatever transport its backend provides (a Unix socket for the native backend).
+//! reached either on the Unix socket its backend provides (the native backend) or through an
+//! E2B-style gateway such as `cella serve` (plain HTTP over TCP, the sandbox addressed by the
+//! `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers). Every call below works the same on both.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cella_proto::process::{ProcessEvent, ProcessEventMessage, StartRequest};
 use cella_proto::{Code, EnvelopeDecoder, RpcError};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Failure talking to envd.
+/// Failure talking to envd (or, through [`send_http1`], to any HTTP/1.1 server).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the sandbox agent at {path}: {source}")]
+    #[error("cannot connect to {target}: {source}")]
     Connect {
-        path: PathBuf,
+        target: String,
         source: std::io::Error,
     },
-    #[error("http exchange with the sandbox agent failed: {0}")]
-    Http(String),
+    #[error("http exchange with {target} failed: {detail}")]
+    Http { target: String, detail: String },
     #[error("{0}")]
     Rpc(#[from] RpcError),
 }
@@ -37,49 +41,170 @@ impl ClientError {
     }
 }
 
+/// Where an HTTP/1.1 server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dial {
+    /// A Unix socket (the native backend's envd socket).
+    Unix(PathBuf),
+    /// `host:port` over plain TCP (no TLS).
+    Tcp(String),
+}
+
+impl std::fmt::Display for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dial::Unix(p) => write!(f, "the sandbox agent at {}", p.display()),
+            Dial::Tcp(a) => write!(f, "http://{a}"),
+        }
+    }
+}
+
+/// How long a TCP connection may take to open.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends one request on a fresh HTTP/1.1 connection and returns the streaming response.
+/// Transport only: it adds no headers and knows nothing of envd or E2B.
+pub async fn send_http1<B>(dial: &Dial, req: Request<B>) -> Result<Response<Incoming>, ClientError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connect_error = |source| ClientError::Connect {
+        target: dial.to_string(),
+        source,
+    };
+    match dial {
+        Dial::Unix(path) => {
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(connect_error)?;
+            exchange(dial, TokioIo::new(stream), req).await
+        }
+        Dial::Tcp(authority) => {
+            let stream = tokio::time::timeout(
+                TCP_CONNECT_TIMEOUT,
+                tokio::net::TcpStream::connect(authority.as_str()),
+            )
+            .await
+            .map_err(|_| {
+                connect_error(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", TCP_CONNECT_TIMEOUT.as_secs()),
+                ))
+            })?
+            .map_err(connect_error)?;
+            let _ = stream.set_nodelay(true);
+            exchange(dial, TokioIo::new(stream), req).await
+        }
+    }
+}
+
+async fn exchange<IO, B>(
+    dial: &Dial,
+    io: IO,
+    req: Request<B>,
+) -> Result<Response<Incoming>, ClientError>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let http_error = |e: hyper::Error| ClientError::Http {
+        target: dial.to_string(),
+        detail: e.to_string(),
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(http_error)?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender.send_request(req).await.map_err(http_error)
+}
+
+/// A sandbox reached through an E2B-style envd gateway (`cella serve`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRoute {
+    /// The gateway's `host:port` (plain HTTP).
+    pub authority: String,
+    pub sandbox_id: String,
+    /// The sandbox's `envdAccessToken`, sent as `X-Access-Token` when set.
+    pub access_token: Option<String>,
+}
+
+/// How requests reach one sandbox's envd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Direct(Dial),
+    Gateway(GatewayRoute),
+}
+
 /// A client for one sandbox's envd.
 #[derive(Debug, Clone)]
 pub struct EnvdClient {
-    socket: PathBuf,
+    route: Route,
 }
 
 impl EnvdClient {
+    /// envd on its own Unix socket.
     pub fn unix(socket: impl Into<PathBuf>) -> Self {
         EnvdClient {
-            socket: socket.into(),
+            route: Route::Direct(Dial::Unix(socket.into())),
         }
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    /// envd of `route.sandbox_id` through the gateway at `route.authority`.
+    pub fn gateway(route: GatewayRoute) -> Self {
+        EnvdClient {
+            route: Route::Gateway(route),
+        }
     }
 
-    /// Sends one HTTP request on a fresh connection and returns the streaming response.
-    pub async fn send<B>(&self, req: Request<B>) -> Result<Response<Incoming>, ClientError>
+    fn http_error(&self, detail: impl ToString) -> ClientError {
+        let target = match &self.route {
+            Route::Direct(d) => d.to_string(),
+            Route::Gateway(g) => format!("sandbox {} via http://{}", g.sandbox_id, g.authority),
+        };
+        ClientError::Http {
+            target,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Sends one HTTP request on a fresh connection and returns the streaming response. Through
+    /// a gateway, the request is addressed to the sandbox (Host, `E2b-Sandbox-Id`,
+    /// `E2b-Sandbox-Port`, `X-Access-Token`).
+    pub async fn send<B>(&self, mut req: Request<B>) -> Result<Response<Incoming>, ClientError>
     where
         B: hyper::body::Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::Connect {
-                path: self.socket.clone(),
-                source,
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))
+        match &self.route {
+            Route::Direct(dial) => send_http1(dial, req).await,
+            Route::Gateway(g) => {
+                let value = |v: &str| HeaderValue::from_str(v).map_err(|e| self.http_error(e));
+                let headers = req.headers_mut();
+                headers.insert("host", value(&g.authority)?);
+                headers.insert("e2b-sandbox-id", value(&g.sandbox_id)?);
+                headers.insert(
+                    "e2b-sandbox-port",
+                    HeaderValue::from(cella_proto::ENVD_PORT),
+                );
+                if let Some(token) = &g.access_token {
+                    let mut token = value(token)?;
+                    token.set_sensitive(true);
+                    headers.insert("x-access-token", token);
+                }
+                send_http1(&Dial::Tcp(g.authority.clone()), req).await
+            }
+        }
     }
 
     fn request(
+        &self,
         path: &str,
         content_type: &str,
         user: Option<&str>,
@@ -98,8 +223,7 @@ impl EnvdClient {
                 ),
             );
         }
-        b.body(Full::new(body))
-            .map_err(|e| ClientError::Http(e.to_string()))
+        b.body(Full::new(body)).map_err(|e| self.http_error(e))
     }
 
     /// A unary Connect call, e.g. `("/process.Process/List", &ListRequest{})`.
@@ -109,21 +233,16 @@ impl EnvdClient {
         req: &Req,
         user: Option<&str>,
     ) -> Result<Resp, ClientError> {
-        let body = serde_json::to_vec(req).map_err(|e| ClientError::Http(e.to_string()))?;
+        let body = serde_json::to_vec(req).map_err(|e| self.http_error(e))?;
         let resp = self
-            .send(Self::request(
-                path,
-                cella_proto::CONTENT_TYPE_UNARY,
-                user,
-                body.into(),
-            )?)
+            .send(self.request(path, cella_proto::CONTENT_TYPE_UNARY, user, body.into())?)
             .await?;
         let status = resp.status();
         let bytes = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
+            .map_err(|e| self.http_error(e))?
             .to_bytes();
         if !status.is_success() {
             let err = serde_json::from_slice::<RpcError>(&bytes).unwrap_or_else(|_| {
@@ -146,8 +265,8 @@ impl EnvdClient {
         user: Option<&str>,
         keepalive_secs: Option<u64>,
     ) -> Result<MessageStream, ClientError> {
-        let json = serde_json::to_vec(req).map_err(|e| ClientError::Http(e.to_string()))?;
-        let mut request = Self::request(
+        let json = serde_json::to_vec(req).map_err(|e| self.http_error(e))?;
+        let mut request = self.request(
             path,
             cella_proto::CONTENT_TYPE_STREAM,
             user,
@@ -165,7 +284,7 @@ impl EnvdClient {
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
+                .map_err(|e| self.http_error(e))?
                 .to_bytes();
             let err = serde_json::from_slice::<RpcError>(&bytes).unwrap_or_else(|_| {
                 RpcError::new(
@@ -206,7 +325,6 @@ impl EnvdClient {
         }
     }
 
-    /// `GET path` and its JSON answer (envd's `/metrics`, `/envs`).
     /// Adds sandbox-wide environment variables (envd's internal `/init`), as when a ready
     /// sandbox from a warm pool is handed to a caller who asked for `envVars`.
     pub async fn set_envs(
@@ -218,7 +336,7 @@ impl EnvdClient {
             .header("host", "envd")
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| ClientError::Http(e.to_string()))?;
+            .map_err(|e| self.http_error(e))?;
         let resp = self.send(req).await?;
         let status = resp.status();
         if status.is_success() {
@@ -228,7 +346,7 @@ impl EnvdClient {
             .into_body()
             .collect()
             .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
+            .map_err(|e| self.http_error(e))?
             .to_bytes();
         Err(RpcError::invalid_argument(format!(
             "envd refused the environment ({status}): {}",
@@ -237,17 +355,18 @@ impl EnvdClient {
         .into())
     }
 
+    /// `GET path` and its JSON answer (envd's `/metrics`, `/envs`).
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
         let req = Request::get(path)
             .header("host", "envd")
             .body(Full::new(Bytes::new()))
-            .map_err(|e| ClientError::Http(e.to_string()))?;
+            .map_err(|e| self.http_error(e))?;
         let resp = self.send(req).await?;
         let bytes = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
+            .map_err(|e| self.http_error(e))?
             .to_bytes();
         serde_json::from_slice(&bytes)
             .map_err(|e| RpcError::internal(format!("malformed JSON from envd {path}: {e}")).into())
@@ -303,7 +422,11 @@ impl MessageStream {
                 }
                 Some(Err(e)) => {
                     self.ended = true;
-                    return Some(Err(ClientError::Http(e.to_string())));
+                    return Some(Err(RpcError::new(
+                        Code::Unavailable,
+                        format!("the stream from the sandbox agent broke: {e}"),
+                    )
+                    .into()));
                 }
                 None => {
                     self.ended = true;

@@ -14,7 +14,7 @@ pub mod pool;
 pub mod spec;
 
 pub use backend::{Backend, Instance, SandboxError, Transport, Usage};
-pub use client::{ClientError, EnvdClient, ProcessStream};
+pub use client::{ClientError, Dial, EnvdClient, GatewayRoute, ProcessStream, send_http1};
 pub use manager::{Sandbox, SandboxManager};
 pub use pool::{PoolJournal, PoolStats};
 pub use spec::{Limits, Network, SandboxSpec};

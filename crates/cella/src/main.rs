@@ -29,6 +29,8 @@ enum Command {
     /// Manage API keys of `cella serve`.
     #[command(subcommand)]
     Keys(commands::serve::KeysCommand),
+    /// Manage sandboxes of a running `cella serve`: create, ls, exec, cp, rm, pause, resume.
+    Sandbox(commands::sandbox::SandboxArgs),
     /// Run one command in a fresh sandbox, stream its output, and exit with its exit code.
     Exec(commands::exec::ExecArgs),
     /// An agent does TASK in a fresh sandbox with a model (tool-calling loop or reflexion).
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => commands::serve::serve(args),
         Command::Keys(cmd) => commands::serve::keys(cmd),
+        Command::Sandbox(args) => commands::sandbox::run(args),
         Command::Exec(args) => commands::exec::run(args),
         Command::Run(args) => commands::run::run(*args),
         Command::Shell(args) => commands::shell::run(args),

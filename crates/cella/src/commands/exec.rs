@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use cella_proto::Code;
 use cella_proto::process::{
     ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, SendInputRequest,
-    StartRequest,
+    SendSignalRequest, Signal, StartRequest,
 };
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::{self, Limits, Network, SandboxSpec, WORKSPACE};
@@ -85,10 +85,15 @@ impl SandboxOptions {
     }
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
+    key_value(s, "--env", "NAME=VALUE")
+}
+
+/// Splits a `KEY=VALUE` flag value (the key must not be empty).
+pub(crate) fn key_value(s: &str, flag: &str, shape: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("invalid --env {s:?}: expected NAME=VALUE")),
+        _ => Err(format!("invalid {flag} {s:?}: expected {shape}")),
     }
 }
 
@@ -146,7 +151,23 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
     }
     let Transport::Unix(socket) = &instance.transport;
     let client = EnvdClient::unix(socket.clone());
-    let result = run_command(&client, &args, &spec).await;
+    let req = StartRequest {
+        process: Some(ProcessConfig {
+            cmd: args.command[0].clone(),
+            args: args.command[1..].to_vec(),
+            envs: args.sandbox.env.iter().cloned().collect(),
+            cwd: spec.workdir.as_ref().map(|_| WORKSPACE.to_string()),
+        }),
+        pty: None,
+        tag: None,
+        stdin: Some(!std::io::stdin().is_terminal()),
+    };
+    let user = if args.sandbox.root {
+        Some("root")
+    } else {
+        None
+    };
+    let result = run_process(&client, &req, user, args.timeout, Attach::Terminal).await;
     let oom = backend.oom_kills(&instance) > 0;
     let _ = backend.kill(&instance).await;
     let outcome = result?;
@@ -183,37 +204,67 @@ fn humantime(d: Duration) -> String {
     }
 }
 
-enum Outcome {
+/// Where [`run_process`] puts a process's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// Its stdout to our stdout, its stderr to our stderr, byte for byte.
+    Terminal,
+    /// One JSON object per line on our stdout: `{"type":"start","pid"}`,
+    /// `{"type":"stdout"|"stderr","text"}` (each chunk decoded as UTF-8, lossily) and
+    /// `{"type":"end","exitCode"}`.
+    JsonLines,
+}
+
+impl Attach {
+    fn output(self, stream: &str, bytes: &[u8]) {
+        match (self, stream) {
+            (Attach::Terminal, "stderr") => {
+                let mut err = std::io::stderr();
+                let _ = err.write_all(bytes);
+                let _ = err.flush();
+            }
+            (Attach::Terminal, _) => {
+                let mut out = std::io::stdout();
+                let _ = out.write_all(bytes);
+                let _ = out.flush();
+            }
+            (Attach::JsonLines, _) => self.event(serde_json::json!({
+                "type": stream,
+                "text": String::from_utf8_lossy(bytes),
+            })),
+        }
+    }
+
+    fn event(self, event: serde_json::Value) {
+        if self == Attach::JsonLines {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{event}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// How a command run by [`run_process`] ended.
+pub(crate) enum Outcome {
     Exited(i32),
     TimedOut(Duration),
     Interrupted,
     NotStarted(u8, String),
 }
 
-async fn run_command(
+/// Starts `req` through `client` and attaches this terminal to it: output streams here live,
+/// our stdin goes to the process when `req.stdin` is set, until it ends, `timeout` passes or
+/// Ctrl-C (which kills the process).
+pub(crate) async fn run_process(
     client: &EnvdClient,
-    args: &ExecArgs,
-    spec: &SandboxSpec,
+    req: &StartRequest,
+    user: Option<&str>,
+    timeout: Option<Duration>,
+    attach: Attach,
 ) -> anyhow::Result<Outcome> {
-    let pipe_stdin = !std::io::stdin().is_terminal();
-    let req = StartRequest {
-        process: Some(ProcessConfig {
-            cmd: args.command[0].clone(),
-            args: args.command[1..].to_vec(),
-            envs: args.sandbox.env.iter().cloned().collect(),
-            cwd: spec.workdir.as_ref().map(|_| WORKSPACE.to_string()),
-        }),
-        pty: None,
-        tag: None,
-        stdin: Some(pipe_stdin),
-    };
-    let user = if args.sandbox.root {
-        Some("root")
-    } else {
-        None
-    };
-    let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut stream = match client.start(&req, user).await {
+    let pipe_stdin = req.stdin == Some(true);
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut stream = match client.start(req, user).await {
         Ok(s) => s,
         Err(ClientError::Rpc(e)) if e.code == Code::NotFound => {
             return Ok(Outcome::NotStarted(
@@ -226,9 +277,8 @@ async fn run_command(
         }
         Err(e) => return Err(e).context("starting the command in the sandbox"),
     };
-    let mut stdout = std::io::stdout();
-    let mut stderr = std::io::stderr();
     let mut stdin_task = None;
+    let mut started = None;
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,
@@ -242,24 +292,38 @@ async fn run_command(
         tokio::select! {
             ev = stream.next() => match ev {
                 Some(Ok(ProcessEvent::Start { pid })) => {
+                    started = Some(pid);
+                    attach.event(serde_json::json!({ "type": "start", "pid": pid }));
                     if pipe_stdin {
                         stdin_task = Some(tokio::spawn(feed_stdin(client.clone(), pid, user.map(String::from))));
                     }
                 }
                 Some(Ok(ProcessEvent::Data(out))) => match out {
-                    ProcessOutput::Stdout(b) | ProcessOutput::Pty(b) => { let _ = stdout.write_all(&b); let _ = stdout.flush(); }
-                    ProcessOutput::Stderr(b) => { let _ = stderr.write_all(&b); let _ = stderr.flush(); }
+                    ProcessOutput::Stdout(b) | ProcessOutput::Pty(b) => attach.output("stdout", &b),
+                    ProcessOutput::Stderr(b) => attach.output("stderr", &b),
                 },
                 Some(Ok(ProcessEvent::End(end))) => {
                     if let Some(t) = stdin_task { t.abort(); }
+                    attach.event(serde_json::json!({ "type": "end", "exitCode": end.shell_code() }));
                     return Ok(Outcome::Exited(end.shell_code()));
                 }
                 Some(Ok(ProcessEvent::Keepalive {})) => {}
                 Some(Err(e)) => return Err(e).context("reading the command's output"),
                 None => bail!("the sandbox ended the command's stream without an exit status"),
             },
-            _ = &mut sleep => return Ok(Outcome::TimedOut(args.timeout.unwrap_or_default())),
-            _ = &mut ctrl_c => return Ok(Outcome::Interrupted),
+            _ = &mut sleep => return Ok(Outcome::TimedOut(timeout.unwrap_or_default())),
+            _ = &mut ctrl_c => {
+                if let Some(pid) = started {
+                    let kill = SendSignalRequest {
+                        process: Some(ProcessSelector::Pid(pid)),
+                        signal: Signal::Sigkill,
+                    };
+                    let _ = client
+                        .unary::<_, serde_json::Value>("/process.Process/SendSignal", &kill, user)
+                        .await;
+                }
+                return Ok(Outcome::Interrupted);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod exec;
 pub mod guest;
 pub mod local;
 pub mod run;
+pub mod sandbox;
 pub mod serve;
 pub mod shell;
 pub mod skills;

@@ -9,7 +9,7 @@ use anyhow::Context;
 use cella_server::config::FileConfig;
 use cella_server::{Server, ServerConfig};
 
-fn default_data_dir() -> PathBuf {
+pub(crate) fn default_data_dir() -> PathBuf {
     cella_sandbox::native::NativeConfig::with_helper(PathBuf::new()).data_dir
 }
 

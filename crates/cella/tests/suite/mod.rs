@@ -3,6 +3,7 @@ mod escape;
 mod exec;
 mod manager;
 mod run;
+mod sandbox_cli;
 mod skills;
 mod skills_registry;
 mod support;
