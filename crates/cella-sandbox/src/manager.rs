@@ -102,20 +102,8 @@ impl SandboxManager {
         }
     }
 
-    fn register(
-        &self,
-        id: String,
-        spec: SandboxSpec,
-        instance: Instance,
-        started_at: SystemTime,
-        end_at: Option<SystemTime>,
-        paused: bool,
-    ) -> Arc<Sandbox> {
-        self.register_from(id, spec, instance, started_at, end_at, paused, false)
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn register_from(
+    fn register(
         &self,
         id: String,
         spec: SandboxSpec,
@@ -192,7 +180,7 @@ impl SandboxManager {
         }
         let now = SystemTime::now();
         let end = spec.lifetime.map(|l| now + l);
-        Some(self.register_from(
+        Some(self.register(
             ready.id,
             spec.clone(),
             ready.instance,
@@ -271,7 +259,7 @@ impl SandboxManager {
         let instance = self.backend.create(&id, &spec).await?;
         let now = SystemTime::now();
         let end = spec.lifetime.map(|l| now + l);
-        Ok(self.register(id, spec, instance, now, end, false))
+        Ok(self.register(id, spec, instance, now, end, false, false))
     }
 
     /// Adopts a sandbox that survived a restart, from the state its backend recorded.
@@ -285,7 +273,15 @@ impl SandboxManager {
         paused: bool,
     ) -> Option<Arc<Sandbox>> {
         let instance = self.backend.reattach(id, state)?;
-        Some(self.register(id.to_string(), spec, instance, started_at, end_at, paused))
+        Some(self.register(
+            id.to_string(),
+            spec,
+            instance,
+            started_at,
+            end_at,
+            paused,
+            false,
+        ))
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>, SandboxError> {

@@ -293,38 +293,27 @@ fn bench_e2b_reports_sdk_and_raw_series_with_pool_hits() {
 fn serve_refuses_bad_configuration() {
     let data = tempfile::tempdir().expect("tempdir");
     let conf = data.path().join("cella.toml");
-    std::fs::write(&conf, "listen = \"127.0.0.1:0\"\nwarm_pool = 3\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cella"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&conf)
-        .arg("--data-dir")
-        .arg(data.path())
-        .output()
-        .expect("cella serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    // Starts the server on `config`; it must fail at once. Returns what it said.
+    let refused = |config: &str| {
+        std::fs::write(&conf, config).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_cella"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&conf)
+            .arg("--data-dir")
+            .arg(data.path())
+            .env("CELLA_RUN_DIR", data.path().join("run"))
+            .output()
+            .expect("cella serve");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused("listen = \"127.0.0.1:0\"\nwarm_pool = 3\n");
     assert!(
         err.contains("warm_pool") && err.contains("cella.toml"),
         "{err}"
     );
-
-    std::fs::write(
-        &conf,
-        "listen = \"127.0.0.1:0\"\n[warm_pools]\nnosuch = 2\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cella"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&conf)
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("CELLA_RUN_DIR", data.path().join("run"))
-        .output()
-        .expect("cella serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused("listen = \"127.0.0.1:0\"\n[warm_pools]\nnosuch = 2\n");
     assert!(
         err.contains("\"nosuch\"") && err.contains("known templates are"),
         "{err}"
