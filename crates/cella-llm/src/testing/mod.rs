@@ -3,7 +3,8 @@
 //!
 //! - [`FakeProvider`]: a real HTTP server on `127.0.0.1:0` that answers each request with the
 //!   next scripted [`Reply`] (status, headers, delay, a JSON body or an SSE body written chunk by
-//!   chunk with pauses, optionally cut off) and records every request it got. Point a real
+//!   chunk with pauses, optionally cut off) and records every request it got; or computes each
+//!   reply from the request ([`FakeProvider::respond_with`]). Point a real
 //!   client at it with [`FakeProvider::openai_config`] / [`FakeProvider::anthropic_config`].
 //! - [`OpenAiSse`] and [`AnthropicSse`]: builders of each provider's real SSE wire format (text,
 //!   parallel tool calls with arguments split across chunks, usage, finish reason), plus
@@ -25,5 +26,5 @@ mod server;
 mod wire;
 
 pub use scripted::{ScriptedClient, ScriptedTurn};
-pub use server::{FakeProvider, RecordedRequest, Reply};
+pub use server::{FakeProvider, RecordedRequest, Reply, Responder};
 pub use wire::{AnthropicSse, OpenAiSse};
