@@ -12,7 +12,7 @@ use cella_agent::{
     Agent, AgentEvent, AgentOptions, CancellationToken, ContextOptions, Limits, MemoryRecall,
     Recorder, SandboxSession, Tool, ToolOutput, Toolbox,
 };
-use cella_llm::testing::{FakeProvider, RecordedRequest, Reply};
+use cella_llm::testing::{FakeProvider, RecordedRequest, Reply, check_openai_request};
 use cella_llm::{BoxFuture, ToolSpec, build_client};
 use serde_json::{Value, json};
 use tiktoken_rs::CoreBPE;
@@ -64,94 +64,18 @@ struct Seen {
     recalled: Option<String>,
 }
 
-/// Counts a chat-completions request the way OpenAI documents it: per message 3 tokens + role +
-/// content (+ tool call ids, names and arguments; + the tool call id of a result), 3 tokens
-/// priming the reply, and the tool definitions' JSON.
-fn prompt_tokens(bpe: &CoreBPE, body: &Value) -> u32 {
-    let n = |s: &str| bpe.encode_ordinary(s).len() as u32;
-    let mut total = 3;
-    for m in body["messages"].as_array().into_iter().flatten() {
-        total += 3 + n(m["role"].as_str().unwrap_or(""));
-        total += n(m["content"].as_str().unwrap_or(""));
-        total += n(m["tool_call_id"].as_str().unwrap_or(""));
-        for c in m["tool_calls"].as_array().into_iter().flatten() {
-            total += 3
-                + n(c["id"].as_str().unwrap_or(""))
-                + n(c["function"]["name"].as_str().unwrap_or(""))
-                + n(c["function"]["arguments"].as_str().unwrap_or(""));
-        }
-    }
-    for t in body["tools"].as_array().into_iter().flatten() {
-        total += 8 + n(&t["function"].to_string());
-    }
-    total
-}
-
-/// What a real provider rejects: over the window, no task, a call split from its result.
-fn violation(bpe: &CoreBPE, body: &Value) -> Option<(u32, String)> {
-    let tokens = prompt_tokens(bpe, body);
-    let max = body["max_tokens"].as_u64().unwrap_or(0) as u32;
-    if tokens + max > WINDOW {
-        return Some((
-            tokens,
-            format!(
-                "This model's maximum context length is {WINDOW} tokens. However, you requested \
-                 {} tokens ({tokens} in the messages, {max} in the completion).",
-                tokens + max
-            ),
-        ));
-    }
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    if !messages
-        .iter()
-        .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains(TASK)))
-    {
-        return Some((tokens, "the user's task is missing from the prompt".into()));
-    }
-    let mut open: Vec<String> = Vec::new();
-    for m in &messages {
-        if m["role"] == "tool" {
-            let id = m["tool_call_id"].as_str().unwrap_or("");
-            match open.iter().position(|o| o == id) {
-                Some(i) => {
-                    open.remove(i);
-                }
-                None => {
-                    return Some((
-                        tokens,
-                        format!(
-                            "messages with role 'tool' must be a response to a preceding message with 'tool_calls' ({id})"
-                        ),
-                    ));
-                }
-            }
-        } else {
-            if !open.is_empty() {
-                return Some((tokens, format!("tool calls without results: {open:?}")));
-            }
-            for c in m["tool_calls"].as_array().into_iter().flatten() {
-                open.push(c["id"].as_str().unwrap_or("").to_owned());
-            }
-        }
-    }
-    if !open.is_empty() {
-        return Some((tokens, format!("tool calls without results: {open:?}")));
-    }
-    None
-}
-
 fn respond(bpe: &CoreBPE, seen: &Mutex<Seen>, request: &RecordedRequest) -> Reply {
     let body = request.json();
     let mut seen = seen.lock().expect("lock");
-    if let Some((tokens, message)) = violation(bpe, &body) {
-        seen.violations.push(message.clone());
-        seen.max_prompt = seen.max_prompt.max(tokens);
-        return Reply::json(
-            400,
-            &json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
-        );
+    let count = |s: &str| bpe.encode_ordinary(s).len();
+    match check_openai_request(&body, WINDOW, TASK, &count) {
+        Ok(tokens) => seen.max_prompt = seen.max_prompt.max(tokens),
+        Err((tokens, message)) => {
+            seen.violations.push(message.clone());
+            seen.max_prompt = seen.max_prompt.max(tokens);
+            return Reply::openai_context_length_exceeded(&message);
+        }
     }
-    seen.max_prompt = seen.max_prompt.max(prompt_tokens(bpe, &body));
     let system = body["messages"][0]["content"].as_str().unwrap_or("");
     if system.starts_with("You compress the history") {
         seen.summaries += 1;

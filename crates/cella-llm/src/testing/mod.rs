@@ -10,6 +10,9 @@
 //!   parallel tool calls with arguments split across chunks, usage, finish reason), plus
 //!   one-line replies such as [`Reply::openai_tool_calls`] and [`Reply::anthropic_text`] for
 //!   scripting whole conversations.
+//! - [`check_openai_request`]: what a real provider rejects (a prompt over the context window,
+//!   a tool call split from its result; also a prompt that lost the user's task), for fake models
+//!   that must behave like one ([`Reply::openai_context_length_exceeded`]).
 //! - [`ScriptedClient`]: an in-process `ModelClient` that yields scripted events with no HTTP at
 //!   all (zero model latency, for measuring the agent loop's own overhead) and records the
 //!   requests.
@@ -21,10 +24,12 @@
 //! cella-llm = { workspace = true, features = ["testing"] }   # or { path = "../cella-llm", … }
 //! ```
 
+mod checks;
 mod scripted;
 mod server;
 mod wire;
 
+pub use checks::{check_openai_request, openai_prompt_tokens};
 pub use scripted::{ScriptedClient, ScriptedTurn};
 pub use server::{FakeProvider, RecordedRequest, Reply, Responder};
 pub use wire::{AnthropicSse, OpenAiSse};
