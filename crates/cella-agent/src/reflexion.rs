@@ -385,6 +385,45 @@ pub fn extract_code(text: &str, default: Language) -> (String, Language) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::Tokenizer;
+
+    #[test]
+    fn attempt_prompts_fit_their_room_and_keep_the_task() {
+        let counter = TokenCounter::new(Tokenizer::O200kBase);
+        let failure = Failure {
+            code: "print('x')\n".repeat(2_000),
+            language: Language::Python,
+            report: "Traceback: boom\n".repeat(2_000),
+        };
+        let critiques: Vec<String> = (0..20)
+            .map(|i| format!("critique {i}: ") + &"fix the loop bound. ".repeat(40))
+            .collect();
+        let task = "print the first 10 primes";
+        let p = attempt_prompt(task, Some(&failure), &critiques, 1_500, &counter);
+        assert!(p.starts_with("Task:\nprint the first 10 primes\n"), "{p}");
+        let fixed = counter.text(&format!("Task:\n{task}\n"));
+        assert!(
+            counter.text(&p) <= fixed + 1_500 + 64,
+            "{}",
+            counter.text(&p)
+        );
+        assert!(p.contains("critique 19:"), "the newest critique is kept");
+        assert!(p.contains("older critiques left out"), "{p}");
+        let c = critic_prompt(task, &failure, 800, &counter);
+        assert!(c.starts_with("Task:\nprint the first 10 primes\n"));
+        assert!(counter.text(&c) <= fixed + 800 + 64, "{}", counter.text(&c));
+        // Small inputs are left whole.
+        let small = Failure {
+            code: "print(1)\n".into(),
+            language: Language::Python,
+            report: "exit 1\n".into(),
+        };
+        let p = attempt_prompt(task, Some(&small), &["use range".into()], 1_500, &counter);
+        assert!(
+            p.contains("print(1)\n```") && p.contains("1. use range\n"),
+            "{p}"
+        );
+    }
 
     #[test]
     fn code_comes_from_the_first_runnable_fence() {

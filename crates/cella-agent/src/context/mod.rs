@@ -56,3 +56,50 @@ fn output_cap(config: &ModelConfig, budget: &Budget) -> Option<u32> {
 pub fn recall_answer_bytes(budget: &Budget) -> usize {
     (budget.limit as usize * 3 / 4).clamp(1024, 16 * 1024)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cella_llm::Provider;
+
+    #[test]
+    fn answers_are_capped_only_when_the_client_would_ask_for_more_than_the_reserve() {
+        let small = ContextOptions {
+            window: Some(4096),
+            ..ContextOptions::default()
+        };
+        // Anthropic always sends max_tokens (8192 by default): capped to the reserve.
+        let c = compactor_for(
+            &ModelConfig::new(Provider::Anthropic, "claude-x"),
+            &small,
+            true,
+        );
+        assert_eq!(c.budget().reserve, 1024);
+        let p = match c.clone().plan(&[cella_llm::Message::user("hi")], &[]) {
+            Ok(Plan::Ready(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p.request.max_tokens, Some(1024));
+        // OpenAI-compatible without max_tokens: nothing is sent, nothing to cap.
+        let c = compactor_for(
+            &ModelConfig::new(Provider::OpenAi, "gpt-4o"),
+            &ContextOptions::default(),
+            true,
+        );
+        assert_eq!(
+            output_cap(&ModelConfig::new(Provider::OpenAi, "gpt-4o"), &c.budget()),
+            None
+        );
+        let mut config = ModelConfig::new(Provider::OpenAiCompatible, "m");
+        config.max_tokens = Some(300);
+        let c = compactor_for(&config, &small, true);
+        assert_eq!(
+            (c.budget().reserve, output_cap(&config, &c.budget())),
+            (300, None)
+        );
+        assert_eq!(
+            recall_answer_bytes(&c.budget()),
+            c.budget().limit as usize * 3 / 4
+        );
+    }
+}
