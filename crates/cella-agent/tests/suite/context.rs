@@ -12,7 +12,9 @@ use cella_agent::{
     Agent, AgentEvent, AgentOptions, CancellationToken, ContextOptions, Limits, MemoryRecall,
     Recorder, SandboxSession, Tool, ToolOutput, Toolbox,
 };
-use cella_llm::testing::{FakeProvider, RecordedRequest, Reply, check_openai_request};
+use cella_llm::testing::{
+    FakeProvider, RecordedRequest, Reply, check_anthropic_request, check_openai_request,
+};
 use cella_llm::{BoxFuture, ToolSpec, build_client};
 use serde_json::{Value, json};
 use tiktoken_rs::CoreBPE;
@@ -64,22 +66,47 @@ struct Seen {
     recalled: Option<String>,
 }
 
-fn respond(bpe: &CoreBPE, seen: &Mutex<Seen>, request: &RecordedRequest) -> Reply {
+/// The wire format the fake provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+fn respond(format: Format, bpe: &CoreBPE, seen: &Mutex<Seen>, request: &RecordedRequest) -> Reply {
     let body = request.json();
     let mut seen = seen.lock().expect("lock");
     let count = |s: &str| bpe.encode_ordinary(s).len();
-    match check_openai_request(&body, WINDOW, TASK, &count) {
+    let checked = match format {
+        Format::OpenAi => check_openai_request(&body, WINDOW, TASK, &count),
+        Format::Anthropic => check_anthropic_request(&body, WINDOW, TASK, &count),
+    };
+    match checked {
         Ok(tokens) => seen.max_prompt = seen.max_prompt.max(tokens),
         Err((tokens, message)) => {
             seen.violations.push(message.clone());
             seen.max_prompt = seen.max_prompt.max(tokens);
-            return Reply::openai_context_length_exceeded(&message);
+            return match format {
+                Format::OpenAi => Reply::openai_context_length_exceeded(&message),
+                Format::Anthropic => Reply::anthropic_prompt_too_long(&message),
+            };
         }
     }
-    let system = body["messages"][0]["content"].as_str().unwrap_or("");
-    if system.starts_with("You compress the history") {
+    let text = |t: &str| match format {
+        Format::OpenAi => Reply::openai_text(t),
+        Format::Anthropic => Reply::anthropic_text(t),
+    };
+    let calls = |c: &[(&str, &str, &str)]| match format {
+        Format::OpenAi => Reply::openai_tool_calls(c),
+        Format::Anthropic => Reply::anthropic_tool_calls(c),
+    };
+    let system = match format {
+        Format::OpenAi => body["messages"][0]["content"].as_str(),
+        Format::Anthropic => body["system"].as_str(),
+    };
+    if system.is_some_and(|s| s.starts_with("You compress the history")) {
         seen.summaries += 1;
-        return Reply::openai_text(
+        return text(
             "Parts audited so far were produced with the produce tool; all rows had status ok.",
         );
     }
@@ -92,34 +119,55 @@ fn respond(bpe: &CoreBPE, seen: &Mutex<Seen>, request: &RecordedRequest) -> Repl
         .unwrap_or_default();
     if act <= PARTS {
         let args = json!({ "part": act }).to_string();
-        Reply::openai_tool_calls(&[(&format!("call_{act}"), "produce", &args)])
+        calls(&[(&format!("call_{act}"), "produce", &args)])
     } else if act == PARTS + 1 {
         // Part 3's output is long gone from the prompt: ask recall for it.
-        Reply::openai_tool_calls(&[("call_recall", "recall", r#"{"query":"part 3 checksum"}"#)])
+        calls(&[("call_recall", "recall", r#"{"query":"part 3 checksum"}"#)])
     } else {
-        let content = last["content"].as_str().unwrap_or("").to_owned();
+        let content = match format {
+            Format::OpenAi => last["content"].as_str().unwrap_or("").to_owned(),
+            Format::Anthropic => last["content"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        };
         let answer = content
             .lines()
             .find(|l| l.starts_with("part 3 checksum:"))
             .map(|l| l.trim_start_matches("part 3 checksum: ").to_owned());
         seen.recalled = Some(content);
-        Reply::openai_text(&format!(
+        text(&format!(
             "All {PARTS} parts audited; part 3's code is {}",
             answer.unwrap_or_else(|| "unknown".into())
         ))
     }
 }
 
+/// OpenAI format, model gpt-4o: counted with the real o200k_base vocabulary.
 #[tokio::test]
 async fn a_job_five_times_the_context_window_completes_under_budget() {
+    long_job(Format::OpenAi).await;
+}
+
+/// Anthropic format, a Claude model: the agent only has its estimate; the fake counts with
+/// o200k_base as a stand-in for the provider's tokenizer.
+#[tokio::test]
+async fn a_long_anthropic_job_with_estimated_counts_completes_under_budget() {
+    long_job(Format::Anthropic).await;
+}
+
+async fn long_job(format: Format) {
     let bpe = Arc::new(tiktoken_rs::o200k_base().expect("o200k_base"));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let fake = FakeProvider::start().await.expect("fake provider");
     {
         let (bpe, seen) = (Arc::clone(&bpe), Arc::clone(&seen));
-        fake.respond_with(move |r| respond(&bpe, &seen, r));
+        fake.respond_with(move |r| respond(format, &bpe, &seen, r));
     }
-    let mut config = fake.openai_config("gpt-4o");
+    let mut config = match format {
+        Format::OpenAi => fake.openai_config("gpt-4o"),
+        Format::Anthropic => fake.anthropic_config("claude-test"),
+    };
     config.max_tokens = Some(MAX_OUTPUT);
     let model = build_client(config).expect("client");
     let recall = Arc::new(MemoryRecall::new());

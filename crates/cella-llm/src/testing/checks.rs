@@ -97,7 +97,133 @@ pub fn check_openai_request(
     Ok(tokens)
 }
 
+/// Tokens of an Anthropic Messages request body, counted like [`openai_prompt_tokens`]: the
+/// system text, every content block (text; a tool use's id, name and input JSON; a tool
+/// result's id and content), 3 per message and reply, each tool definition's JSON (+ 8).
+pub fn anthropic_prompt_tokens(body: &Value, count: &dyn Fn(&str) -> usize) -> u32 {
+    let n = |s: &str| u32::try_from(count(s)).unwrap_or(u32::MAX);
+    let text = |v: &Value| -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    };
+    let mut total: u32 = 3 + n(&text(&body["system"]));
+    for m in body["messages"].as_array().into_iter().flatten() {
+        total += 3 + n(m["role"].as_str().unwrap_or(""));
+        match &m["content"] {
+            Value::String(s) => total += n(s),
+            Value::Array(blocks) => {
+                for b in blocks {
+                    total += match b["type"].as_str() {
+                        Some("tool_use") => {
+                            3 + n(b["id"].as_str().unwrap_or(""))
+                                + n(b["name"].as_str().unwrap_or(""))
+                                + n(&b["input"].to_string())
+                        }
+                        Some("tool_result") => {
+                            n(b["tool_use_id"].as_str().unwrap_or("")) + n(&text(&b["content"]))
+                        }
+                        _ => n(b["text"].as_str().unwrap_or("")),
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    for t in body["tools"].as_array().into_iter().flatten() {
+        total += 8 + n(&t.to_string());
+    }
+    total
+}
+
+/// [`check_openai_request`] for an Anthropic Messages body: over the window with `max_tokens`,
+/// the task in no user text, a `tool_result` not answering a `tool_use` of the assistant turn
+/// right before it, or a `tool_use` whose result is not in the next user turn.
+pub fn check_anthropic_request(
+    body: &Value,
+    window: u32,
+    task: &str,
+    count: &dyn Fn(&str) -> usize,
+) -> Result<u32, (u32, String)> {
+    let tokens = anthropic_prompt_tokens(body, count);
+    let max = body["max_tokens"]
+        .as_u64()
+        .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX));
+    if tokens.saturating_add(max) > window {
+        return Err((
+            tokens,
+            format!("prompt is too long: {tokens} tokens + max_tokens {max} > {window} maximum"),
+        ));
+    }
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let blocks = |m: &Value| m["content"].as_array().cloned().unwrap_or_default();
+    let has_task = messages.iter().any(|m| {
+        m["role"] == "user"
+            && (m["content"].as_str().is_some_and(|c| c.contains(task))
+                || blocks(m)
+                    .iter()
+                    .any(|b| b["text"].as_str().is_some_and(|t| t.contains(task))))
+    });
+    if !has_task {
+        return Err((tokens, "the user's task is missing from the prompt".into()));
+    }
+    let mut open: Vec<String> = Vec::new();
+    for m in &messages {
+        let results: Vec<String> = blocks(m)
+            .iter()
+            .filter(|b| b["type"] == "tool_result")
+            .map(|b| b["tool_use_id"].as_str().unwrap_or("").to_owned())
+            .collect();
+        for id in &results {
+            if !open.contains(id) {
+                return Err((
+                    tokens,
+                    format!(
+                        "messages: unexpected `tool_use_id` found in `tool_result` blocks: {id}. \
+                         Each `tool_result` block must have a corresponding `tool_use` block in \
+                         the previous message."
+                    ),
+                ));
+            }
+        }
+        open.retain(|id| !results.contains(id));
+        if !open.is_empty() {
+            return Err((
+                tokens,
+                format!(
+                    "messages: `tool_use` ids were found without `tool_result` blocks \
+                     immediately after: {}",
+                    open.join(", ")
+                ),
+            ));
+        }
+        open = blocks(m)
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| b["id"].as_str().unwrap_or("").to_owned())
+            .collect();
+    }
+    if !open.is_empty() {
+        return Err((
+            tokens,
+            format!("`tool_use` ids without results: {}", open.join(", ")),
+        ));
+    }
+    Ok(tokens)
+}
+
 impl Reply {
+    /// Anthropic's 400 for a prompt over the context window.
+    pub fn anthropic_prompt_too_long(message: &str) -> Self {
+        Self::anthropic_error(400, "invalid_request_error", message)
+    }
+
     /// OpenAI's 400 for a prompt over the context window.
     pub fn openai_context_length_exceeded(message: &str) -> Self {
         Self::json(
@@ -142,5 +268,25 @@ mod tests {
         orphan["messages"].as_array_mut().expect("array").remove(2);
         let e = check_openai_request(&orphan, 100, "the task", &words).expect_err("orphan");
         assert!(e.1.contains("must be a response"), "{}", e.1);
+    }
+
+    #[test]
+    fn anthropic_requests_are_checked_like_a_provider() {
+        let ok = json!({"max_tokens": 10, "system": "be brief", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "the task here"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "one two"}]}
+        ]});
+        let tokens = check_anthropic_request(&ok, 100, "the task", &words).expect("ok");
+        assert!(check_anthropic_request(&ok, tokens + 9, "the task", &words).is_err());
+        assert!(check_anthropic_request(&ok, 100, "other", &words).is_err());
+        let mut split = ok.clone();
+        split["messages"].as_array_mut().expect("array").remove(2);
+        let e = check_anthropic_request(&split, 100, "the task", &words).expect_err("split");
+        assert!(e.1.contains("without results: t1"), "{}", e.1);
+        let mut orphan = ok.clone();
+        orphan["messages"].as_array_mut().expect("array").remove(1);
+        let e = check_anthropic_request(&orphan, 100, "the task", &words).expect_err("orphan");
+        assert!(e.1.contains("unexpected `tool_use_id`"), "{}", e.1);
     }
 }

@@ -29,7 +29,9 @@ mod scripted;
 mod server;
 mod wire;
 
-pub use checks::{check_openai_request, openai_prompt_tokens};
+pub use checks::{
+    anthropic_prompt_tokens, check_anthropic_request, check_openai_request, openai_prompt_tokens,
+};
 pub use scripted::{ScriptedClient, ScriptedTurn};
 pub use server::{FakeProvider, RecordedRequest, Reply, Responder};
 pub use wire::{AnthropicSse, OpenAiSse};
