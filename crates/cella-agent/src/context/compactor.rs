@@ -133,6 +133,8 @@ pub struct Compactor {
     report: Compaction,
     /// This build's last-resort cuts, by history index.
     cuts: HashMap<usize, (Message, u32)>,
+    /// This build's last-resort cut of the summary.
+    summary_cut: Option<(Message, u32)>,
 }
 
 impl Compactor {
@@ -157,6 +159,7 @@ impl Compactor {
             tools: None,
             report: Compaction::default(),
             cuts: HashMap::new(),
+            summary_cut: None,
         }
     }
 
@@ -231,6 +234,7 @@ impl Compactor {
         }
         self.seen = history.len();
         self.cuts.clear();
+        self.summary_cut = None;
         self.refresh_verbatim(history);
         let fixed = 3 + self.tools_tokens(tools);
         let units = units(history);
@@ -283,6 +287,9 @@ impl Compactor {
                     && total > limit
                 {
                     self.cut_unit(history, &units[i], &mut sizes[i], &mut total);
+                }
+                if total > limit && units.iter().any(|u| self.is_summarized(u)) {
+                    self.cut_summary(&mut total);
                 }
             }
             if total > limit {
@@ -357,12 +364,7 @@ impl Compactor {
             if self.is_summarized(unit) {
                 if !summary_counted {
                     summary_counted = true;
-                    total = total.saturating_add(
-                        self.summary
-                            .as_ref()
-                            .and_then(|s| s.message.as_ref())
-                            .map_or(0, |(_, t)| *t),
-                    );
+                    total = total.saturating_add(self.summary_message().map_or(0, |(_, t)| *t));
                 }
             } else {
                 total = total.saturating_add(*size);
@@ -389,6 +391,34 @@ impl Compactor {
             start = i;
         }
         start
+    }
+
+    /// The message standing for the summarised units (as cut this build, if it was).
+    fn summary_message(&self) -> Option<&(Message, u32)> {
+        self.summary_cut
+            .as_ref()
+            .or_else(|| self.summary.as_ref().and_then(|s| s.message.as_ref()))
+    }
+
+    /// Last resort after the newest turn: the summary cut from the middle until `total` fits.
+    fn cut_summary(&mut self, total: &mut u32) {
+        let Some(summary) = &self.summary else {
+            return;
+        };
+        let Some((_, tokens)) = self.summary_message() else {
+            return;
+        };
+        let tokens = *tokens;
+        let excess = total.saturating_sub(self.budget.limit);
+        let keep = self.counter.text(&summary.text).saturating_sub(excess + 8);
+        let text = shorten(&summary.text, keep, &self.counter);
+        let message = summarize::message(&text, summary.folded, self.recall);
+        let t = self.counter.message(&message);
+        if t < tokens {
+            *total = total.saturating_sub(tokens - t);
+            self.summary_cut = Some((message, t));
+            self.report.shortened += 1;
+        }
     }
 
     /// The prompt form of history message `index` and its tokens.
@@ -620,7 +650,7 @@ impl Compactor {
             if self.is_summarized(unit) {
                 if !summary_placed {
                     summary_placed = true;
-                    if let Some((m, _)) = self.summary.as_ref().and_then(|s| s.message.as_ref()) {
+                    if let Some((m, _)) = self.summary_message() {
                         messages.push(m.clone());
                     }
                 }
