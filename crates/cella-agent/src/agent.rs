@@ -10,11 +10,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cella_llm::{ChatRequest, ChatResponse, Message, ModelClient, StreamEvent, Usage};
+use cella_llm::{ChatRequest, ChatResponse, Message, ModelClient, StreamEvent, ToolSpec, Usage};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::{
+    self, Compactor, ContextOptions, HistoryEntry, MemoryRecall, Plan, Recall, RecallTool,
+};
 use crate::event::{AgentEvent, EventSink, TurnPurpose};
 use crate::reflexion::{self, ReflexionOptions};
 use crate::sandbox::SandboxSession;
@@ -185,6 +188,8 @@ pub struct AgentOptions {
     /// Transient model errors (rate limits, overload, a stream cut short) tolerated per call
     /// before the run fails; the whole call is repeated.
     pub model_retries: u32,
+    /// The context window and how prompts are compacted to fit it.
+    pub context: ContextOptions,
 }
 
 impl Default for AgentOptions {
@@ -196,6 +201,7 @@ impl Default for AgentOptions {
             tools: ToolOptions::default(),
             reflexion: ReflexionOptions::default(),
             model_retries: 2,
+            context: ContextOptions::default(),
         }
     }
 }
@@ -217,6 +223,7 @@ pub struct Agent {
     skills: Vec<AttachedSkill>,
     options: AgentOptions,
     toolbox: Option<Toolbox>,
+    recall: Option<Arc<dyn Recall>>,
 }
 
 impl Agent {
@@ -231,7 +238,16 @@ impl Agent {
             skills: Vec::new(),
             options,
             toolbox: None,
+            recall: None,
         }
+    }
+
+    /// Where runs remember their history and the `recall` tool searches (a job store's
+    /// full-text index). Default: a fresh [`MemoryRecall`] per run over the run's history and
+    /// the sandbox's working directory.
+    pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> Self {
+        self.recall = Some(recall);
+        self
     }
 
     /// Skills the sandbox mounts at `/skills/<name>`: catalog in the prompt, `activate_skill`.
@@ -254,7 +270,8 @@ impl Agent {
         &self.sandbox
     }
 
-    /// The tools the model gets.
+    /// The built-in tools (or those of [`Agent::with_toolbox`]); a run of the built-in tools
+    /// adds `recall`.
     pub fn toolbox(&self) -> Toolbox {
         self.toolbox.clone().unwrap_or_else(|| {
             Toolbox::builtin(
@@ -297,7 +314,22 @@ impl Agent {
         sink: &dyn EventSink,
         cancel: &CancellationToken,
     ) -> RunReport {
-        let toolbox = self.toolbox();
+        let recall: Arc<dyn Recall> = self
+            .recall
+            .clone()
+            .unwrap_or_else(|| Arc::new(MemoryRecall::new().with_workspace(self.sandbox.clone())));
+        let config = self.model.config();
+        let mut compactor = context::compactor_for(config, &self.options.context, false);
+        let toolbox = match &self.toolbox {
+            Some(custom) => custom.clone(),
+            None => self.toolbox().with_tool(Arc::new(RecallTool::new(
+                Arc::clone(&recall),
+                context::recall_answer_bytes(&compactor.budget()),
+            ))),
+        };
+        if self.options.strategy == Strategy::Loop {
+            compactor = compactor.with_recall(toolbox.names().iter().any(|n| n == "recall"));
+        }
         sink.emit(&AgentEvent::RunStarted {
             strategy: self.options.strategy.as_str().to_owned(),
             model: format!(
@@ -311,7 +343,16 @@ impl Agent {
             },
             skills: self.skills.iter().map(|s| s.name().to_owned()).collect(),
         });
-        let mut run = RunState::new(self.model.as_ref(), &self.options, sink, cancel);
+        if !compactor.budget().known {
+            sink.emit(&AgentEvent::Warning {
+                message: format!(
+                    "the context window of {} is not known: assuming {} tokens (set it with --context-window)",
+                    config.model,
+                    compactor.budget().window
+                ),
+            });
+        }
+        let mut run = RunState::new(self.model.as_ref(), &self.options, sink, cancel, compactor);
         if self.options.limits.max_cost_usd.is_some() && self.model.config().price().is_none() {
             sink.emit(&AgentEvent::Warning {
                 message: format!(
@@ -321,7 +362,10 @@ impl Agent {
             });
         }
         let outcome = match self.options.strategy {
-            Strategy::Loop => self.tool_loop(task, &toolbox, &mut run).await,
+            Strategy::Loop => {
+                self.tool_loop(task, &toolbox, recall.as_ref(), &mut run)
+                    .await
+            }
             Strategy::Reflexion => {
                 reflexion::run(task, &self.sandbox, &self.options.reflexion, &mut run).await
             }
@@ -368,16 +412,23 @@ impl Agent {
         &self,
         task: &str,
         toolbox: &Toolbox,
+        recall: &dyn Recall,
         run: &mut RunState<'_>,
     ) -> Result<String, Halt> {
-        let mut request = ChatRequest::new(vec![
-            Message::system(self.system_prompt()),
-            Message::user(task),
-        ])
-        .with_tools(toolbox.specs().to_vec());
+        // The full history; each prompt is a compacted view of it.
+        let mut history = vec![Message::system(self.system_prompt()), Message::user(task)];
         loop {
+            let request = run.prompt(&history, toolbox.specs()).await?;
             let response = run.turn(&request, TurnPurpose::Act).await?;
-            request.messages.push(response.to_message());
+            history.push(response.to_message());
+            if !response.content.trim().is_empty() {
+                recall.remember(HistoryEntry {
+                    id: format!("step-{}", run.steps),
+                    step: run.steps,
+                    label: format!("step {} · the model's text", run.steps),
+                    text: response.content.clone(),
+                });
+            }
             if response.tool_calls.is_empty() {
                 return Ok(response.content);
             }
@@ -411,7 +462,19 @@ impl Agent {
                     output: out.content.clone(),
                     duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 });
-                request.messages.push(if out.is_error {
+                recall.remember(HistoryEntry {
+                    id: call.id.clone(),
+                    step,
+                    label: format!("step {step} · {}", call.name),
+                    text: format!(
+                        "{} {}\n\n{}{}",
+                        call.name,
+                        call.arguments,
+                        if out.is_error { "error: " } else { "" },
+                        out.content
+                    ),
+                });
+                history.push(if out.is_error {
                     Message::tool_error(&call.id, out.content)
                 } else {
                     Message::tool_result(&call.id, out.content)
@@ -440,6 +503,7 @@ pub(crate) struct RunState<'a> {
     pub(crate) steps: u32,
     usage: Usage,
     cost: Option<f64>,
+    context: Compactor,
 }
 
 impl<'a> RunState<'a> {
@@ -448,6 +512,7 @@ impl<'a> RunState<'a> {
         options: &'a AgentOptions,
         sink: &'a dyn EventSink,
         cancel: &'a CancellationToken,
+        context: Compactor,
     ) -> Self {
         Self {
             model,
@@ -463,7 +528,56 @@ impl<'a> RunState<'a> {
             steps: 0,
             usage: Usage::default(),
             cost: None,
+            context,
         }
+    }
+
+    /// The compactor of this run (reflexion fits its prompts with its counter and budget).
+    pub(crate) fn context(&self) -> &Compactor {
+        &self.context
+    }
+
+    /// The prompt for the next model call: `history` (and `tools`) compacted to fit the
+    /// context window — old tool outputs elided, then older turns summarised by the model (one
+    /// extra model call), then the newest outputs shortened. Reports a compaction as an event.
+    pub(crate) async fn prompt(
+        &mut self,
+        history: &[Message],
+        tools: &[ToolSpec],
+    ) -> Result<ChatRequest, Halt> {
+        let fail = |e: context::ContextError| Halt::Fail(e.to_string());
+        let mut plan = self.context.plan(history, tools).map_err(fail)?;
+        if let Plan::Summarize(job) = plan {
+            match self.turn(&job.request, TurnPurpose::Summarize).await {
+                Ok(response) => self.context.accept_summary(job, &response.content),
+                Err(Halt::Fail(message)) => self.sink.emit(&AgentEvent::Warning {
+                    message: format!(
+                        "summarising older turns failed ({message}); shortening the newest instead"
+                    ),
+                }),
+                Err(stop) => return Err(stop),
+            }
+            plan = self.context.resume(history, tools).map_err(fail)?;
+        }
+        let Plan::Ready(prompt) = plan else {
+            return Err(Halt::Fail(
+                "context compaction asked for a second summary in one prompt".to_owned(),
+            ));
+        };
+        if let Some(c) = prompt.compaction {
+            tracing::debug!(?c, "prompt compacted");
+            self.sink.emit(&AgentEvent::ContextCompacted {
+                step: self.steps + 1,
+                history_tokens: c.history_tokens,
+                tokens_before: c.tokens_before,
+                tokens_after: c.tokens_after,
+                limit: c.limit,
+                elided: c.elided,
+                summarized: c.summarized,
+                shortened: c.shortened,
+            });
+        }
+        Ok(prompt.request)
     }
 
     /// Runs `work` unless the run is cancelled or out of time first.
@@ -518,8 +632,9 @@ impl<'a> RunState<'a> {
         let step = self.steps;
         self.sink.emit(&AgentEvent::ModelTurn { step, purpose });
         let mut retries = 0;
+        let show_text = purpose != TurnPurpose::Summarize;
         let response = loop {
-            match self.stream_once(request).await? {
+            match self.stream_once(request, show_text).await? {
                 Ok(response) => break response,
                 Err(e) if e.is_transient() && retries < self.model_retries => {
                     retries += 1;
@@ -548,6 +663,7 @@ impl<'a> RunState<'a> {
     async fn stream_once(
         &self,
         request: &ChatRequest,
+        show_text: bool,
     ) -> Result<Result<ChatResponse, cella_llm::LlmError>, Halt> {
         let mut stream = match self.guard(self.model.stream(request)).await? {
             Ok(s) => s,
@@ -555,7 +671,7 @@ impl<'a> RunState<'a> {
         };
         while let Some(event) = self.guard(stream.next()).await? {
             match event {
-                Ok(StreamEvent::TextDelta { text }) => {
+                Ok(StreamEvent::TextDelta { text }) if show_text => {
                     self.sink.emit(&AgentEvent::TextDelta { text });
                 }
                 Ok(_) => {}

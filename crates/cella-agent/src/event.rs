@@ -20,6 +20,8 @@ pub enum TurnPurpose {
     Generate,
     /// Reflexion: analyse a failed attempt.
     Critique,
+    /// Summarise older turns so the prompt fits the context window.
+    Summarize,
 }
 
 /// One thing that happened during a run.
@@ -57,6 +59,23 @@ pub enum AgentEvent {
         truncated: bool,
         output: String,
         duration_ms: u64,
+    },
+    /// The prompt for model call `step` was compacted to fit the context window: old tool
+    /// outputs elided (`recall` shows them again), older turns summarised, the newest outputs
+    /// shortened. The full history is unchanged.
+    ContextCompacted {
+        step: u32,
+        /// The whole history, verbatim, with the tool definitions.
+        history_tokens: u32,
+        /// The prompt before this compaction (earlier compactions applied).
+        tokens_before: u32,
+        /// The prompt sent.
+        tokens_after: u32,
+        /// The prompt budget (window − answer reserve − margin).
+        limit: u32,
+        elided: u32,
+        summarized: u32,
+        shortened: u32,
     },
     /// Token use of one model call and the run's totals so far.
     Usage {

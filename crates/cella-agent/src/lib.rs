@@ -10,6 +10,9 @@
 //! - [`tools`]: `bash`, `run_code`, `read_file`, `write_file`, `edit_file`, `list_files`,
 //!   `activate_skill` — all acting inside the sandbox through envd, never on the host; output
 //!   capped head + tail with a line saying what was cut ([`output`]).
+//! - [`context`]: every prompt fits the model's context window — token counting, a budget per
+//!   model, old tool outputs elided, older turns summarised, the `recall` tool over the whole
+//!   history and the workspace.
 //! - [`bench`]: the per-step overhead benchmark (`cella bench agent`).
 //!
 //! Architecture invariant: no HTTP routes, tenants, stores or terminal output. A job runner (or
@@ -18,6 +21,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod context;
 pub mod event;
 pub mod output;
 pub mod reflexion;
@@ -26,6 +30,9 @@ pub mod skills;
 pub mod tools;
 
 pub use agent::{Agent, AgentOptions, Limits, Outcome, RunReport, StopReason, Strategy};
+pub use context::{
+    ContextOptions, HistoryEntry, Hit, HitSource, MemoryRecall, Recall, RecallError,
+};
 pub use event::{AgentEvent, Discard, EventSink, JsonLines, Recorder, TurnPurpose};
 pub use reflexion::ReflexionOptions;
 pub use sandbox::{ProcessResult, SandboxOpError, SandboxSession};

@@ -8,9 +8,11 @@
 
 use std::time::Duration;
 
-use cella_llm::{ChatRequest, Message};
+use cella_llm::Message;
 
 use crate::agent::{Halt, RunState, StopReason};
+use crate::context::TokenCounter;
+use crate::context::prune::shorten;
 use crate::event::{AgentEvent, TurnPurpose};
 use crate::output::{cap, first_line};
 use crate::sandbox::{ProcessResult, SandboxSession};
@@ -67,10 +69,13 @@ pub(crate) async fn run(
             attempt,
             max_attempts: max,
         });
-        let request = ChatRequest::new(vec![
-            Message::system(generate_prompt(options)),
-            Message::user(attempt_prompt(task, last.as_ref(), &critiques)),
-        ]);
+        let system = generate_prompt(options);
+        let room = prompt_room(run, &system, task);
+        let counter = *run.context().counter();
+        let user = attempt_prompt(task, last.as_ref(), &critiques, room, &counter);
+        let request = run
+            .prompt(&[Message::system(system), Message::user(user)], &[])
+            .await?;
         let response = run.turn(&request, TurnPurpose::Generate).await?;
         let (code, language) = extract_code(&response.content, options.language);
         let path = options
@@ -173,10 +178,12 @@ pub(crate) async fn run(
         };
         if attempt < max {
             run.check_budget()?;
-            let request = ChatRequest::new(vec![
-                Message::system(CRITIC_PROMPT),
-                Message::user(critic_prompt(task, &failure)),
-            ]);
+            let room = prompt_room(run, CRITIC_PROMPT, task);
+            let counter = *run.context().counter();
+            let user = critic_prompt(task, &failure, room, &counter);
+            let request = run
+                .prompt(&[Message::system(CRITIC_PROMPT), Message::user(user)], &[])
+                .await?;
             let critique = run.turn(&request, TurnPurpose::Critique).await?.content;
             run.sink.emit(&AgentEvent::Critique {
                 attempt,
@@ -270,32 +277,72 @@ fn generate_prompt(options: &ReflexionOptions) -> String {
     p
 }
 
-fn attempt_prompt(task: &str, last: Option<&Failure>, critiques: &[String]) -> String {
+/// Tokens the user message may have besides the task, under the run's context budget.
+fn prompt_room(run: &RunState<'_>, system: &str, task: &str) -> u32 {
+    let c = run.context();
+    let fixed = c.counter().request(&cella_llm::ChatRequest::new(vec![
+        Message::system(system),
+        Message::user(format!("Task:\n{task}\n")),
+    ]));
+    // Headings and fences of the prompt.
+    c.budget().limit.saturating_sub(fixed).saturating_sub(64)
+}
+
+/// The attempt's prompt: the task verbatim; the previous program, what happened and the
+/// critiques shortened to fit `room` tokens (program up to half, report up to a quarter,
+/// critiques newest first in the rest).
+fn attempt_prompt(
+    task: &str,
+    last: Option<&Failure>,
+    critiques: &[String],
+    room: u32,
+    counter: &TokenCounter,
+) -> String {
     let mut p = format!("Task:\n{task}\n");
+    let mut left = room;
     if let Some(f) = last {
+        let code = shorten(f.code.trim_end(), room / 2, counter);
+        let report = shorten(&f.report, room / 4, counter);
+        left = left
+            .saturating_sub(counter.text(&code))
+            .saturating_sub(counter.text(&report));
         p.push_str(&format!(
-            "\nYour previous program:\n```{}\n{}\n```\n\nWhat happened:\n{}\n",
+            "\nYour previous program:\n```{}\n{code}\n```\n\nWhat happened:\n{report}\n",
             f.language.name(),
-            f.code.trim_end(),
-            f.report
         ));
     }
     if !critiques.is_empty() {
+        let mut kept: Vec<String> = Vec::new();
+        for (i, c) in critiques.iter().enumerate().rev() {
+            let line = shorten(&format!("{}. {}\n", i + 1, c.trim()), left, counter);
+            let t = counter.text(&line) + 2;
+            if t > left {
+                break;
+            }
+            left -= t;
+            kept.push(line);
+        }
         p.push_str("\nCritiques of your earlier attempts:\n");
-        for (i, c) in critiques.iter().enumerate() {
-            p.push_str(&format!("{}. {}\n", i + 1, c.trim()));
+        if kept.len() < critiques.len() {
+            p.push_str(&format!(
+                "[{} older critiques left out to fit the context window]\n",
+                critiques.len() - kept.len()
+            ));
+        }
+        for line in kept.iter().rev() {
+            p.push_str(line);
         }
         p.push_str("\nWrite the corrected, complete program.\n");
     }
     p
 }
 
-fn critic_prompt(task: &str, f: &Failure) -> String {
+fn critic_prompt(task: &str, f: &Failure, room: u32, counter: &TokenCounter) -> String {
+    let code = shorten(f.code.trim_end(), room / 2, counter);
+    let report = shorten(&f.report, room.saturating_sub(counter.text(&code)), counter);
     format!(
-        "Task:\n{task}\n\nProgram:\n```{}\n{}\n```\n\nWhat happened:\n{}",
+        "Task:\n{task}\n\nProgram:\n```{}\n{code}\n```\n\nWhat happened:\n{report}",
         f.language.name(),
-        f.code.trim_end(),
-        f.report
     )
 }
 
@@ -338,6 +385,45 @@ pub fn extract_code(text: &str, default: Language) -> (String, Language) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::Tokenizer;
+
+    #[test]
+    fn attempt_prompts_fit_their_room_and_keep_the_task() {
+        let counter = TokenCounter::new(Tokenizer::O200kBase);
+        let failure = Failure {
+            code: "print('x')\n".repeat(2_000),
+            language: Language::Python,
+            report: "Traceback: boom\n".repeat(2_000),
+        };
+        let critiques: Vec<String> = (0..20)
+            .map(|i| format!("critique {i}: ") + &"fix the loop bound. ".repeat(40))
+            .collect();
+        let task = "print the first 10 primes";
+        let p = attempt_prompt(task, Some(&failure), &critiques, 1_500, &counter);
+        assert!(p.starts_with("Task:\nprint the first 10 primes\n"), "{p}");
+        let fixed = counter.text(&format!("Task:\n{task}\n"));
+        assert!(
+            counter.text(&p) <= fixed + 1_500 + 64,
+            "{}",
+            counter.text(&p)
+        );
+        assert!(p.contains("critique 19:"), "the newest critique is kept");
+        assert!(p.contains("older critiques left out"), "{p}");
+        let c = critic_prompt(task, &failure, 800, &counter);
+        assert!(c.starts_with("Task:\nprint the first 10 primes\n"));
+        assert!(counter.text(&c) <= fixed + 800 + 64, "{}", counter.text(&c));
+        // Small inputs are left whole.
+        let small = Failure {
+            code: "print(1)\n".into(),
+            language: Language::Python,
+            report: "exit 1\n".into(),
+        };
+        let p = attempt_prompt(task, Some(&small), &["use range".into()], 1_500, &counter);
+        assert!(
+            p.contains("print(1)\n```") && p.contains("1. use range\n"),
+            "{p}"
+        );
+    }
 
     #[test]
     fn code_comes_from_the_first_runnable_fence() {

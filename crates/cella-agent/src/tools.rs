@@ -135,6 +135,13 @@ impl Toolbox {
         Self::new(tools)
     }
 
+    /// This toolbox and one more tool.
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.specs.push(tool.spec());
+        self.tools.push(tool);
+        self
+    }
+
     pub fn specs(&self) -> &[ToolSpec] {
         &self.specs
     }

@@ -1,4 +1,5 @@
 mod bench;
+mod context;
 mod limits;
 mod support;
 mod tool_loop;

@@ -3,12 +3,16 @@
 //!
 //! - [`FakeProvider`]: a real HTTP server on `127.0.0.1:0` that answers each request with the
 //!   next scripted [`Reply`] (status, headers, delay, a JSON body or an SSE body written chunk by
-//!   chunk with pauses, optionally cut off) and records every request it got. Point a real
+//!   chunk with pauses, optionally cut off) and records every request it got; or computes each
+//!   reply from the request ([`FakeProvider::respond_with`]). Point a real
 //!   client at it with [`FakeProvider::openai_config`] / [`FakeProvider::anthropic_config`].
 //! - [`OpenAiSse`] and [`AnthropicSse`]: builders of each provider's real SSE wire format (text,
 //!   parallel tool calls with arguments split across chunks, usage, finish reason), plus
 //!   one-line replies such as [`Reply::openai_tool_calls`] and [`Reply::anthropic_text`] for
 //!   scripting whole conversations.
+//! - [`check_openai_request`]: what a real provider rejects (a prompt over the context window,
+//!   a tool call split from its result; also a prompt that lost the user's task), for fake models
+//!   that must behave like one ([`Reply::openai_context_length_exceeded`]).
 //! - [`ScriptedClient`]: an in-process `ModelClient` that yields scripted events with no HTTP at
 //!   all (zero model latency, for measuring the agent loop's own overhead) and records the
 //!   requests.
@@ -20,10 +24,14 @@
 //! cella-llm = { workspace = true, features = ["testing"] }   # or { path = "../cella-llm", … }
 //! ```
 
+mod checks;
 mod scripted;
 mod server;
 mod wire;
 
+pub use checks::{
+    anthropic_prompt_tokens, check_anthropic_request, check_openai_request, openai_prompt_tokens,
+};
 pub use scripted::{ScriptedClient, ScriptedTurn};
-pub use server::{FakeProvider, RecordedRequest, Reply};
+pub use server::{FakeProvider, RecordedRequest, Reply, Responder};
 pub use wire::{AnthropicSse, OpenAiSse};

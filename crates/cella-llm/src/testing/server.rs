@@ -189,10 +189,25 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug, Default)]
+/// Computes the reply to a request from the request itself (a model that reacts to what it
+/// was sent: checks, counters, scripted decisions).
+pub type Responder = Box<dyn FnMut(&RecordedRequest) -> Reply + Send>;
+
+#[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
+    responder: Option<Responder>,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script")
+            .field("replies", &self.replies.len())
+            .field("requests", &self.requests.len())
+            .field("responder", &self.responder.is_some())
+            .finish()
+    }
 }
 
 /// A scripted model provider on `127.0.0.1:<random port>`; stops when dropped.
@@ -207,7 +222,8 @@ struct Script {
 /// # Ok(()) }
 /// ```
 ///
-/// A request arriving when no reply is left gets a 500 whose message says so.
+/// A request arriving when no reply is left goes to the responder (see
+/// [`FakeProvider::respond_with`]); without one it gets a 500 whose message says so.
 #[derive(Debug)]
 pub struct FakeProvider {
     url: String,
@@ -252,6 +268,13 @@ impl FakeProvider {
     /// Queues several replies in order.
     pub fn push_all(&self, replies: impl IntoIterator<Item = Reply>) {
         self.lock().replies.extend(replies);
+    }
+
+    /// Answers every request that finds no queued reply by calling `responder` with it (queued
+    /// replies still go first). The responder runs under the script's lock: it must not call
+    /// this provider's methods.
+    pub fn respond_with(&self, responder: impl FnMut(&RecordedRequest) -> Reply + Send + 'static) {
+        self.lock().responder = Some(Box::new(responder));
     }
 
     /// Every request received so far, in arrival order.
@@ -335,13 +358,17 @@ async fn answer(
     let reply = {
         let mut script = lock(&script);
         let number = script.requests.len() + 1;
-        script.requests.push(recorded);
-        script.replies.pop_front().unwrap_or_else(|| {
-            Reply::openai_error(
+        let queued = script.replies.pop_front();
+        let reply = match (queued, script.responder.as_mut()) {
+            (Some(reply), _) => reply,
+            (None, Some(responder)) => responder(&recorded),
+            (None, None) => Reply::openai_error(
                 500,
                 &format!("fake provider: no scripted reply left for request {number}"),
-            )
-        })
+            ),
+        };
+        script.requests.push(recorded);
+        reply
     };
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cella_agent::{
-    Agent, AgentEvent, AgentOptions, AttachedSkill, CancellationToken, EventSink, JsonLines,
-    Language, Limits, Outcome, ReflexionOptions, SandboxSession, Strategy,
+    Agent, AgentEvent, AgentOptions, AttachedSkill, CancellationToken, ContextOptions, EventSink,
+    JsonLines, Language, Limits, Outcome, ReflexionOptions, SandboxSession, Strategy,
 };
 use cella_llm::{ModelConfig, ModelSettings, build_client};
 use cella_sandbox::backend::Backend;
@@ -60,6 +60,15 @@ pub struct RunArgs {
     /// Most USD to spend (needs a price for the model in cella.toml).
     #[arg(long)]
     pub max_cost: Option<f64>,
+    /// The model's context window in tokens (default: known for common models, else 32768).
+    /// Prompts are compacted to fit it: old tool outputs elided (the `recall` tool shows them
+    /// again), then older turns summarised.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1024..))]
+    pub context_window: Option<u32>,
+    /// Tokens of the context window kept free for each answer (default: the configured
+    /// max_tokens, else 8192; at most a quarter of the window).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub answer_reserve: Option<u32>,
     /// Wall-clock limit of the run, e.g. 10m, 90s.
     #[arg(long, value_parser = spec::parse_duration)]
     pub timeout: Option<Duration>,
@@ -122,6 +131,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             expected_output: args.expect.clone(),
             test_command: args.test_cmd.clone(),
             ..ReflexionOptions::default()
+        },
+        context: ContextOptions {
+            window: args.context_window,
+            reserve: args.answer_reserve,
+            ..ContextOptions::default()
         },
         ..AgentOptions::default()
     };
@@ -385,6 +399,30 @@ impl EventSink for Progress {
                 self.line(&self.dim(&format!(
                     "  check {check}: {} ({detail})",
                     if *passed { "passed" } else { "failed" }
+                )));
+            }
+            AgentEvent::ContextCompacted {
+                tokens_before,
+                tokens_after,
+                limit,
+                elided,
+                summarized,
+                shortened,
+                ..
+            } => {
+                let mut what = Vec::new();
+                if *elided > 0 {
+                    what.push(format!("{elided} old outputs elided"));
+                }
+                if *summarized > 0 {
+                    what.push(format!("{summarized} messages summarised"));
+                }
+                if *shortened > 0 {
+                    what.push(format!("{shortened} outputs shortened"));
+                }
+                self.line(&self.dim(&format!(
+                    "cella: context compacted {tokens_before} → {tokens_after} tokens (budget {limit}): {}",
+                    what.join(", ")
                 )));
             }
             AgentEvent::Stopped { reason, .. } => self.line(&format!("cella: stopped: {reason}")),

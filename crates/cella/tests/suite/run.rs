@@ -39,15 +39,17 @@ impl Harness {
     /// `cella run` with the given arguments against the fake provider in `format`, stderr
     /// captured through a file (a kept sandbox's helper holds on to cella's stderr).
     fn run(&self, format: &str, args: &[&str]) -> Output {
+        self.run_model(format, "fake-model", args)
+    }
+
+    /// Like [`Harness::run`], with another model name (which picks the tokenizer and window).
+    fn run_model(&self, format: &str, model: &str, args: &[&str]) -> Output {
         let (model, base) = match format {
             "openai" => (
-                "openai-compatible/fake-model".to_owned(),
+                format!("openai-compatible/{model}"),
                 format!("{}/v1", self.fake.url()),
             ),
-            _ => (
-                "anthropic/fake-model".to_owned(),
-                self.fake.url().to_owned(),
-            ),
+            _ => (format!("anthropic/{model}"), self.fake.url().to_owned()),
         };
         let err_path = self.dir.path().join("stderr.txt");
         let err = std::fs::File::create(&err_path).expect("stderr file");
@@ -662,4 +664,117 @@ fn interrupt_cancels_the_run_with_exit_130() {
     let events = events(&out);
     assert_eq!(of_type(&events, "stopped")[0]["kind"], "cancelled");
     assert_eq!(of_type(&events, "tool_call_started").len(), 1);
+}
+
+/// A job whose history is more than five times the model's 4096-token window, with real tool
+/// runs in a real sandbox: the fake provider rejects (400 `context_length_exceeded`) any prompt
+/// over the window (counted with o200k_base), without the user's task or with a tool call split
+/// from its result; the run completes, and `recall` finds an elided output and a workspace file.
+#[test]
+fn a_long_job_fits_a_small_context_window_and_recalls_what_was_elided() {
+    require_root!();
+    const WINDOW: u32 = 4096;
+    const PARTS: u32 = 24;
+    const TASK: &str = "Produce the 24 parts of the report with bash, then tell me part 3's \
+        checksum and the secret word from notes.md.";
+    let h = Harness::new();
+    let bpe = std::sync::Arc::new(tiktoken_rs::o200k_base().expect("o200k_base"));
+    let log = std::sync::Arc::new(std::sync::Mutex::new((
+        0u32,
+        Vec::<String>::new(),
+        Vec::<String>::new(),
+    )));
+    {
+        let (bpe, log) = (bpe.clone(), log.clone());
+        h.fake.respond_with(move |request| {
+            let body = request.json();
+            let count = |s: &str| bpe.encode_ordinary(s).len();
+            let mut log = log.lock().expect("lock");
+            if let Err((_, message)) =
+                cella_llm::testing::check_openai_request(&body, WINDOW, TASK, &count)
+            {
+                log.1.push(message.clone());
+                return Reply::openai_context_length_exceeded(&message);
+            }
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            if messages[0]["content"].as_str().is_some_and(|s| s.starts_with("You compress")) {
+                return Reply::openai_text("Parts so far were produced with bash; all exited 0.");
+            }
+            log.0 += 1;
+            let act = log.0;
+            let last = messages.last().map(|m| m["content"].as_str().unwrap_or("").to_owned());
+            let reply = |id: String, name: &str, args: Value| openai_calls(&[call(&id, name, args)]);
+            match act {
+                1 => reply("call_notes".into(), "write_file", json!({"path": "notes.md", "content": "# Notes\nThe secret word is pelican.\n"})),
+                n if n <= PARTS + 1 => {
+                    let p = n - 1;
+                    reply(format!("call_{p}"), "bash", json!({"command": format!(
+                        "for i in $(seq 1 60); do echo \"part {p} row $i: sku-{p}-$i qty $((i*13%97)) status ok\"; done; echo \"part {p} checksum: CODE-{p}-$(({p}*7919%10007))\""
+                    )}))
+                }
+                n if n == PARTS + 2 => reply("call_r1".into(), "recall", json!({"query": "part 3 checksum"})),
+                n if n == PARTS + 3 => {
+                    log.2.extend(last);
+                    reply("call_r2".into(), "recall", json!({"query": "secret word"}))
+                }
+                _ => {
+                    log.2.extend(last);
+                    let code = log.2[0].lines().find_map(|l| l.strip_prefix("part 3 checksum: ")).unwrap_or("unknown").to_owned();
+                    let word = if log.2[1].contains("The secret word is pelican") { "pelican" } else { "unknown" };
+                    Reply::openai_text(&format!("part 3: {code}; word: {word}"))
+                }
+            }
+        });
+    }
+    let out = h.run_model(
+        "openai",
+        "gpt-4o",
+        &[
+            TASK,
+            "--json",
+            "--context-window",
+            "4096",
+            "--answer-reserve",
+            "512",
+            "--max-steps",
+            "60",
+        ],
+    );
+    let (acts, violations, recalled) = log.lock().expect("lock").clone();
+    assert!(violations.is_empty(), "{violations:?}\n{}", debug(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", debug(&out));
+    let events = events(&out);
+    assert_eq!(
+        of_type(&events, "final_answer")[0]["text"],
+        format!("part 3: CODE-3-{}; word: pelican", 3 * 7919 % 10007),
+        "{recalled:?}"
+    );
+    assert_eq!(acts, PARTS + 4);
+    let outputs: usize = of_type(&events, "tool_result")
+        .iter()
+        .map(|r| {
+            bpe.encode_ordinary(r["output"].as_str().unwrap_or(""))
+                .len()
+        })
+        .sum();
+    assert!(
+        outputs >= 5 * WINDOW as usize,
+        "tool outputs: {outputs} tokens"
+    );
+    let compactions = of_type(&events, "context_compacted");
+    assert!(
+        compactions.iter().any(|c| c["elided"].as_u64() > Some(0)),
+        "{compactions:?}"
+    );
+    assert!(
+        compactions
+            .iter()
+            .any(|c| c["summarized"].as_u64() > Some(0)),
+        "{compactions:?}"
+    );
+    assert!(
+        recalled[1].contains("file /home/user/notes.md"),
+        "{}",
+        recalled[1]
+    );
 }
