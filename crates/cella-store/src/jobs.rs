@@ -463,8 +463,7 @@ impl Store {
     /// tenant is under `tenant_limit` running jobs, if the node is under `node_limit`. The job
     /// becomes `running` on that node with a lease of `req.lease` and one more attempt.
     pub async fn claim_job(&self, req: &ClaimRequest) -> Result<Option<JobRecord>> {
-        let now = to_millis(crate::now());
-        let lease_until = now.saturating_add(millis(req.lease));
+        let lease = millis(req.lease);
         let node_limit = i64::from(req.node_limit);
         let tenant_limit = i64::from(req.tenant_limit);
         let dialect = self.dialect();
@@ -521,9 +520,12 @@ impl Store {
                         return Ok(None);
                     }
                 }
+                // Taken now that every lock is held: a claim never predates the end of the job
+                // whose slot it takes (started_at/finished_at show the limits holding).
+                let now = to_millis(crate::now());
                 let row = sqlx::query_as::<_, JobRow>(sqlx::AssertSqlSafe(claim_sql.clone()))
                     .bind(&req.node)
-                    .bind(lease_until)
+                    .bind(now.saturating_add(lease))
                     .bind(now)
                     .bind(&id)
                     .fetch_one(&mut *tx)

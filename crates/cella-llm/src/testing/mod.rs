@@ -25,5 +25,5 @@ mod server;
 mod wire;
 
 pub use scripted::{ScriptedClient, ScriptedTurn};
-pub use server::{FakeProvider, RecordedRequest, Reply};
+pub use server::{FakeProvider, RecordedRequest, Reply, Responder};
 pub use wire::{AnthropicSse, OpenAiSse};

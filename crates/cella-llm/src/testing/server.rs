@@ -189,10 +189,24 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug, Default)]
+/// Computes the reply to a request from the request itself (many concurrent conversations).
+pub type Responder = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
+
+#[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
+    responder: Option<Responder>,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script")
+            .field("replies", &self.replies)
+            .field("requests", &self.requests.len())
+            .field("responder", &self.responder.is_some())
+            .finish()
+    }
 }
 
 /// A scripted model provider on `127.0.0.1:<random port>`; stops when dropped.
@@ -252,6 +266,15 @@ impl FakeProvider {
     /// Queues several replies in order.
     pub fn push_all(&self, replies: impl IntoIterator<Item = Reply>) {
         self.lock().replies.extend(replies);
+    }
+
+    /// Answers requests that find no queued reply with `responder(request)` instead of a 500:
+    /// for concurrent conversations, where a FIFO script cannot say which reply is whose.
+    pub fn respond_with(
+        &self,
+        responder: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) {
+        self.lock().responder = Some(Arc::new(responder));
     }
 
     /// Every request received so far, in arrival order.
@@ -332,16 +355,20 @@ async fn answer(
         body,
         received_at: Instant::now(),
     };
-    let reply = {
+    let (queued, responder, number) = {
         let mut script = lock(&script);
         let number = script.requests.len() + 1;
-        script.requests.push(recorded);
-        script.replies.pop_front().unwrap_or_else(|| {
-            Reply::openai_error(
-                500,
-                &format!("fake provider: no scripted reply left for request {number}"),
-            )
-        })
+        script.requests.push(recorded.clone());
+        (script.replies.pop_front(), script.responder.clone(), number)
+    };
+    // The responder runs outside the lock (it may take its time or look at shared state).
+    let reply = match (queued, responder) {
+        (Some(reply), _) => reply,
+        (None, Some(responder)) => responder(&recorded),
+        (None, None) => Reply::openai_error(
+            500,
+            &format!("fake provider: no scripted reply left for request {number}"),
+        ),
     };
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
