@@ -34,6 +34,13 @@ fn respond(req: &RecordedRequest) -> Reply {
     let call = |name: &str, args: Value| {
         Reply::openai_tool_calls(&[(&format!("call_{step}"), name, &args.to_string())])
     };
+    // The provider is overloaded for the first three calls of a FLAKY job.
+    static FLAKY_FAILURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    if task.contains("FLAKY")
+        && FLAKY_FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3
+    {
+        return Reply::openai_error(503, "the fake provider is overloaded");
+    }
     if task.contains("WRITE") {
         match step {
             0 => call(
@@ -1209,4 +1216,44 @@ fn two_hundred_jobs_complete_within_the_concurrency_limits() {
         total >= 2,
         "jobs never ran concurrently ({total}): the limits were not exercised"
     );
+}
+
+#[test]
+fn a_run_failing_on_transient_model_errors_is_retried() {
+    require_root!();
+    let model = Model::start();
+    let data = tempfile::tempdir().expect("tempdir");
+    // No retries inside the HTTP client: the agent repeats a call twice, then the run fails
+    // and the runner queues the job again.
+    std::fs::write(
+        data.path().join("cella.toml"),
+        "[model]\nmax_retries = 0\nretry_backoff_ms = 10\n",
+    )
+    .expect("cella.toml");
+    let server = Server::start(data.path(), &model, &[]);
+    let api = server.api();
+    let id = api.submit(json!({"task": "FLAKY then FAST"}));
+    let job = api.wait_final(&id, Duration::from_secs(60));
+    assert_eq!(job["status"], "complete", "{job}");
+    assert_eq!(job["attempts"], 2, "{job}");
+    let events = collect_until_finished(&api.sse(&id, None), Duration::from_secs(10));
+    let kinds: Vec<&str> = events.iter().map(|(_, e)| e.event.as_str()).collect();
+    let retry = kinds
+        .iter()
+        .position(|k| *k == "job_retry")
+        .expect("a job_retry event");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "job_started").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds[..retry].contains(&"warning"),
+        "the agent repeated the call first: {kinds:?}"
+    );
+    let reason = events[retry].1.json()["data"]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(reason.contains("overloaded"), "{reason}");
 }
