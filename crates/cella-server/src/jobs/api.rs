@@ -106,7 +106,7 @@ fn new_job_id() -> String {
 }
 
 /// Checks a submission and turns it into the record to queue.
-fn validate(state: &AppState, caller: &Caller, req: SubmitJob) -> Result<NewJob, ApiError> {
+async fn validate(state: &AppState, caller: &Caller, req: SubmitJob) -> Result<NewJob, ApiError> {
     if req.task.trim().is_empty() {
         return Err(ApiError::bad_request(
             "task is required: say what the agent should do",
@@ -133,7 +133,9 @@ fn validate(state: &AppState, caller: &Caller, req: SubmitJob) -> Result<NewJob,
     // The model must resolve now, not fail later in the queue.
     super::runner::model_config(state, req.model.as_deref())
         .map_err(|e| ApiError::bad_request(format!("model: {e}")))?;
-    super::runner::find_skills(state, &req.skills).map_err(ApiError::bad_request)?;
+    super::runner::find_skills(state, caller, &req.skills)
+        .await
+        .map_err(ApiError::bad_request)?;
     let limits = &req.limits;
     if limits.max_steps == Some(0) {
         return Err(ApiError::bad_request("limits.max_steps must be at least 1"));
@@ -169,7 +171,7 @@ fn validate(state: &AppState, caller: &Caller, req: SubmitJob) -> Result<NewJob,
 }
 
 async fn submit(state: &AppState, caller: &Caller, req: SubmitJob) -> Result<JobRecord, ApiError> {
-    let new = validate(state, caller, req)?;
+    let new = validate(state, caller, req).await?;
     let job = state.store.insert_job(&new).await?;
     if let Err(e) = state
         .store

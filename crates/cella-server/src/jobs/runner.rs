@@ -13,6 +13,7 @@
 //! whose lease expired end as `error` "interrupted by restart" and their sandboxes are killed;
 //! none stays running.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,6 @@ use cella_agent::{
 };
 use cella_llm::{ConfigError, ModelConfig, ModelSettings};
 use cella_sandbox::spec::WORKSPACE;
-use cella_skills::discovery::{self, Limits as DiscoveryLimits, Scope, SkillRoot};
 use cella_store::{ClaimRequest, INTERRUPTED_BY_RESTART, JobOutcome, JobRecord, JobStatus};
 use serde_json::{Value, json};
 
@@ -51,45 +51,27 @@ pub fn model_config(state: &AppState, model: Option<&str>) -> Result<ModelConfig
     )
 }
 
-/// Where the server finds skills: `<data-dir>/skills`, then `$CELLA_SKILLS_PATH`.
-fn skill_roots(state: &AppState) -> Vec<SkillRoot> {
-    let mut roots = vec![SkillRoot {
-        path: state.config.data_dir.join("skills"),
-        scope: Scope::Configured,
-    }];
-    if let Some(paths) = std::env::var_os("CELLA_SKILLS_PATH") {
-        roots.extend(
-            std::env::split_paths(&paths)
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|path| SkillRoot {
-                    path,
-                    scope: Scope::Configured,
-                }),
-        );
-    }
-    roots
-}
-
-/// The named skills, or a message naming the missing one and where skills are looked for.
-pub fn find_skills(state: &AppState, names: &[String]) -> Result<Vec<AttachedSkill>, String> {
+/// The job's skills from the tenant's skill registry (`/v1/skills`, `name` or `name@version`),
+/// resolved like a sandbox create's: mounts (name → extracted directory) and the skills as the
+/// agent attaches them.
+pub async fn find_skills(
+    state: &AppState,
+    caller: &Caller,
+    names: &[String],
+) -> Result<(BTreeMap<String, PathBuf>, Vec<AttachedSkill>), String> {
     if names.is_empty() {
-        return Ok(Vec::new());
+        return Ok((BTreeMap::new(), Vec::new()));
     }
-    let found = discovery::discover(&skill_roots(state), DiscoveryLimits::default());
-    names
-        .iter()
-        .map(|name| {
-            found
-                .get(name)
-                .map(|d| AttachedSkill::new(d.skill.clone()))
-                .ok_or_else(|| {
-                    format!(
-                        "no skill named {name:?} on this server (skills are read from {} and $CELLA_SKILLS_PATH)",
-                        state.config.data_dir.join("skills").display()
-                    )
-                })
-        })
-        .collect()
+    let mounts = crate::skills_api::mounts_for_create(state, caller, Some(names), None)
+        .await
+        .map_err(|e| e.message)?;
+    let mut attached = Vec::new();
+    for (name, dir) in &mounts {
+        let (skill, _) = cella_skills::validate::load_lenient(dir)
+            .map_err(|_| format!("skill {name:?} in {} cannot be read", dir.display()))?;
+        attached.push(AttachedSkill::new(skill));
+    }
+    Ok((mounts, attached))
 }
 
 /// Where job `id`'s workspace lives on the host.
@@ -372,7 +354,7 @@ async fn run_in_sandbox(
         },
         Err(e) => return error(format!("model: {e}")),
     };
-    let skills = match find_skills(state, &job.skills) {
+    let (mounts, skills) = match find_skills(state, caller, &job.skills).await {
         Ok(s) => s,
         Err(e) => return error(e),
     };
@@ -395,10 +377,7 @@ async fn run_in_sandbox(
             timeout: timeout + SANDBOX_GRACE,
             metadata: [("cella.job".to_owned(), job.id.clone())].into(),
             workdir: Some(workspace),
-            skills: skills
-                .iter()
-                .map(|s| (s.skill.name.clone(), s.skill.dir.clone()))
-                .collect(),
+            skills: mounts,
             ..Default::default()
         },
     )

@@ -868,7 +868,7 @@ fn artifacts_websocket_cli_legacy_routes_tenants_and_the_openapi_document() {
         ),
         (
             json!({"task": "x", "skills": ["missing-skill"]}),
-            "no skill named",
+            "unknown skill",
         ),
     ] {
         let r = api.request("POST", "/v1/jobs", Some(&body));

@@ -99,7 +99,8 @@ struct SubmitArgs {
     /// Sandbox template.
     #[arg(long)]
     template: Option<String>,
-    /// Skills installed on the server, comma-separated.
+    /// Skills from your skill registry on the server (`POST /v1/skills`), NAME or NAME@VERSION,
+    /// comma-separated.
     #[arg(long, value_delimiter = ',')]
     skills: Vec<String>,
     /// Most model calls.
