@@ -41,6 +41,13 @@ fn respond(req: &RecordedRequest) -> Reply {
     {
         return Reply::openai_error(503, "the fake provider is overloaded");
     }
+    if task.contains("SKILL") {
+        return match step {
+            0 => call("activate_skill", json!({"name": "greeter"})),
+            1 => call("bash", json!({"command": "cat /skills/greeter/notes.txt"})),
+            _ => Reply::openai_text("greeted"),
+        };
+    }
     if task.contains("WRITE") {
         match step {
             0 => call(
@@ -295,6 +302,20 @@ impl Api {
         s.write_all(head.as_bytes()).expect("write");
         s.write_all(body.as_bytes()).expect("write body");
         s
+    }
+
+    /// A request with a raw body of `content_type`.
+    fn upload(&self, path: &str, content_type: &str, body: &[u8]) -> HttpResponse {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-API-Key: {}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            self.port,
+            self.key,
+            body.len()
+        );
+        s.write_all(head.as_bytes()).expect("write");
+        s.write_all(body).expect("write body");
+        read_response(BufReader::new(s))
     }
 
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> HttpResponse {
@@ -1256,4 +1277,62 @@ fn a_run_failing_on_transient_model_errors_is_retried() {
         .unwrap_or("")
         .to_owned();
     assert!(reason.contains("overloaded"), "{reason}");
+}
+
+#[test]
+fn a_job_uses_a_skill_from_the_tenants_registry() {
+    require_root!();
+    let model = Model::start();
+    let data = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(data.path(), &model, &[]);
+    let api = server.api();
+    let skill = super::skills_registry::zip_of(&[
+        (
+            "greeter/SKILL.md",
+            b"---\nname: greeter\ndescription: Greets people politely.\n---\nAlways greet with GREETINGS-FROM-THE-SKILL.\n",
+        ),
+        ("greeter/notes.txt", b"notes of the greeter skill\n"),
+    ]);
+    let up = api.upload("/v1/skills", "application/zip", &skill);
+    assert!(
+        up.status < 300,
+        "{} {}",
+        up.status,
+        String::from_utf8_lossy(&up.body)
+    );
+    let id = api.submit(json!({"task": "SKILL greet me", "skills": ["greeter"]}));
+    let job = api.wait_final(&id, Duration::from_secs(60));
+    assert_eq!(job["status"], "complete", "{job}");
+    assert_eq!(job["skills"], json!(["greeter"]));
+    let events = collect_until_finished(&api.sse(&id, None), Duration::from_secs(10));
+    let results: Vec<Value> = events
+        .iter()
+        .filter(|(_, e)| e.event == "tool_result")
+        .map(|(_, e)| e.json()["data"].clone())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0]["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("GREETINGS-FROM-THE-SKILL"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1]["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("notes of the greeter skill"),
+        "{}",
+        results[1]
+    );
+    // Another tenant has no such skill.
+    let other = api.with_key(&server.other_tenant_key("other"));
+    let refused = other.request(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({"task": "x", "skills": ["greeter"]})),
+    );
+    assert_eq!(refused.status, 400);
 }
