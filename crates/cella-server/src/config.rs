@@ -26,6 +26,8 @@ pub struct ServerConfig {
     pub default_timeout_secs: u64,
     /// Upper bound on any lifetime (seconds).
     pub max_timeout_secs: u64,
+    /// How this node runs jobs.
+    pub jobs: crate::jobs::JobsConfig,
 }
 
 impl ServerConfig {
@@ -41,6 +43,7 @@ impl ServerConfig {
             warm_pools: BTreeMap::new(),
             default_timeout_secs: 300,
             max_timeout_secs: 24 * 3600,
+            jobs: Default::default(),
         }
     }
 }

@@ -125,6 +125,7 @@ async fn create_from(
             metadata: req.metadata.unwrap_or_default(),
             envs: req.env_vars.unwrap_or_default(),
             skills,
+            ..Default::default()
         },
     )
     .await?;

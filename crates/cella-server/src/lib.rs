@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod gateway;
+pub mod jobs;
 pub mod lifecycle;
 pub mod metrics;
 pub mod skills_api;
@@ -54,6 +55,8 @@ pub struct Server {
     /// The admin key created on first start (printed once by the binary).
     pub new_admin_key: Option<String>,
     pub restored: (usize, usize),
+    /// Jobs that were running when the previous process died, now ended as errors.
+    pub interrupted_jobs: usize,
 }
 
 /// Writes the first admin key to `<data-dir>/admin.key` (mode 0600).
@@ -145,14 +148,19 @@ impl Server {
             manager,
             metrics: Default::default(),
             gateway: RwLock::new(HashMap::new()),
+            jobs: Default::default(),
         }));
         let restored = lifecycle::restore(&state)
             .await
             .map_err(|e| ServeError::Config(format!("restoring sandboxes: {}", e.message)))?;
+        let interrupted_jobs = jobs::runner::start(&state)
+            .await
+            .map_err(|e| ServeError::Config(format!("recovering jobs: {e}")))?;
         Ok(Server {
             state,
             new_admin_key,
             restored,
+            interrupted_jobs,
         })
     }
 
@@ -210,6 +218,7 @@ fn control_routes() -> Router<AppState> {
         .route("/v2/sandboxes/{id}/logs", get(control::logs))
         .route("/sandboxes/{id}/network", put(control::network))
         .merge(skills_api::routes())
+        .merge(jobs::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }

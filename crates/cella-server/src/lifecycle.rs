@@ -15,12 +15,15 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::{AppState, GatewayEntry};
 
+#[derive(Default)]
 pub struct CreateRequest {
     pub template: String,
     pub timeout: Duration,
     pub secure: bool,
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
+    /// A host directory bound at `/workspace` (jobs keep their workspace on the host).
+    pub workdir: Option<std::path::PathBuf>,
     /// Skill mounts (name → extracted directory), resolved by `skills_api`.
     pub skills: BTreeMap<String, std::path::PathBuf>,
 }
@@ -167,6 +170,7 @@ pub async fn create(
         envs: req.envs,
         lifetime: Some(req.timeout),
         metadata: req.metadata.clone(),
+        workdir: req.workdir,
         skills: req.skills,
         ..template_spec(&template)
     };

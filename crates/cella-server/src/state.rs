@@ -26,6 +26,7 @@ pub struct Inner {
     pub manager: Arc<SandboxManager>,
     pub metrics: Metrics,
     pub gateway: RwLock<HashMap<String, GatewayEntry>>,
+    pub jobs: crate::jobs::JobsState,
 }
 
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! Persistence for `cella serve`: tenants, API keys, sandboxes, sandbox logs, the audit trail and
-//! the Agent Skills registry, on SQLite (the embedded default, WAL) or Postgres, with migrations
-//! for both.
+//! the Agent Skills registry and the job queue with its events, on SQLite (the embedded default,
+//! WAL) or Postgres, with migrations for both.
 //!
 //! Owns the schema and every SQL statement. Must not know about HTTP, the E2B wire shapes,
 //! backends or how a sandbox is run: records carry a backend's state as opaque JSON.
@@ -12,6 +12,7 @@ mod api_keys;
 mod audit;
 mod db;
 mod error;
+mod jobs;
 mod sandbox_logs;
 mod sandboxes;
 mod skills;
@@ -23,6 +24,10 @@ pub use api_keys::{API_KEY_PREFIX, ApiKeyRecord, NewApiKey};
 pub use audit::{AuditRecord, MAX_AUDIT_LIMIT, SYSTEM_ACTOR};
 pub use db::Dialect;
 pub use error::{Result, StoreError};
+pub use jobs::{
+    ClaimRequest, INTERRUPTED_BY_RESTART, JOB_FINISHED_EVENT, JobEvent, JobOutcome, JobRecord,
+    JobStatus, MAX_EVENT_LIMIT, NewJob,
+};
 pub use sandbox_logs::{
     LogDirection, LogLevel, LogQuery, MAX_LOG_LIMIT, NewSandboxLog, SandboxLogRecord,
 };

@@ -200,11 +200,11 @@ impl<T> Page<T> {
     }
 }
 
-fn encode_cursor(started_at: i64, id: &str) -> String {
+pub(crate) fn encode_cursor(started_at: i64, id: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{started_at}:{id}"))
 }
 
-fn decode_cursor(cursor: &str) -> Result<(i64, String)> {
+pub(crate) fn decode_cursor(cursor: &str) -> Result<(i64, String)> {
     let invalid = || StoreError::Invalid {
         what: "page cursor",
         reason: "not a cursor this store returned".into(),

@@ -26,6 +26,8 @@ struct Cli {
 enum Command {
     /// Serve the E2B-compatible control plane and envd gateway (the main job).
     Serve(commands::serve::ServeArgs),
+    /// Agent jobs on a `cella serve`: submit, ls, get, watch, cancel, artifacts.
+    Jobs(commands::jobs::JobsArgs),
     /// Manage API keys of `cella serve`.
     #[command(subcommand)]
     Keys(commands::serve::KeysCommand),
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::serve(args),
         Command::Keys(cmd) => commands::serve::keys(cmd),
         Command::Sandbox(args) => commands::sandbox::run(args),
+        Command::Jobs(args) => commands::jobs::run(args),
         Command::Exec(args) => commands::exec::run(args),
         Command::Run(args) => commands::run::run(*args),
         Command::Shell(args) => commands::shell::run(args),

@@ -189,9 +189,8 @@ impl RecordedRequest {
     }
 }
 
-/// Computes the reply to a request from the request itself (a model that reacts to what it
-/// was sent: checks, counters, scripted decisions).
-pub type Responder = Box<dyn FnMut(&RecordedRequest) -> Reply + Send>;
+/// Computes the reply to a request from the request itself (many concurrent conversations).
+pub type Responder = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
 
 #[derive(Default)]
 struct Script {
@@ -203,7 +202,7 @@ struct Script {
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Script")
-            .field("replies", &self.replies.len())
+            .field("replies", &self.replies)
             .field("requests", &self.requests.len())
             .field("responder", &self.responder.is_some())
             .finish()
@@ -222,8 +221,7 @@ impl std::fmt::Debug for Script {
 /// # Ok(()) }
 /// ```
 ///
-/// A request arriving when no reply is left goes to the responder (see
-/// [`FakeProvider::respond_with`]); without one it gets a 500 whose message says so.
+/// A request arriving when no reply is left gets a 500 whose message says so.
 #[derive(Debug)]
 pub struct FakeProvider {
     url: String,
@@ -270,11 +268,13 @@ impl FakeProvider {
         self.lock().replies.extend(replies);
     }
 
-    /// Answers every request that finds no queued reply by calling `responder` with it (queued
-    /// replies still go first). The responder runs under the script's lock: it must not call
-    /// this provider's methods.
-    pub fn respond_with(&self, responder: impl FnMut(&RecordedRequest) -> Reply + Send + 'static) {
-        self.lock().responder = Some(Box::new(responder));
+    /// Answers requests that find no queued reply with `responder(request)` instead of a 500:
+    /// for concurrent conversations, where a FIFO script cannot say which reply is whose.
+    pub fn respond_with(
+        &self,
+        responder: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) {
+        self.lock().responder = Some(Arc::new(responder));
     }
 
     /// Every request received so far, in arrival order.
@@ -355,20 +355,20 @@ async fn answer(
         body,
         received_at: Instant::now(),
     };
-    let reply = {
+    let (queued, responder, number) = {
         let mut script = lock(&script);
         let number = script.requests.len() + 1;
-        let queued = script.replies.pop_front();
-        let reply = match (queued, script.responder.as_mut()) {
-            (Some(reply), _) => reply,
-            (None, Some(responder)) => responder(&recorded),
-            (None, None) => Reply::openai_error(
-                500,
-                &format!("fake provider: no scripted reply left for request {number}"),
-            ),
-        };
-        script.requests.push(recorded);
-        reply
+        script.requests.push(recorded.clone());
+        (script.replies.pop_front(), script.responder.clone(), number)
+    };
+    // The responder runs outside the lock (it may take its time or look at shared state).
+    let reply = match (queued, responder) {
+        (Some(reply), _) => reply,
+        (None, Some(responder)) => responder(&recorded),
+        (None, None) => Reply::openai_error(
+            500,
+            &format!("fake provider: no scripted reply left for request {number}"),
+        ),
     };
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;

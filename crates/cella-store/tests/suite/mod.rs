@@ -11,6 +11,7 @@ use sqlx::Connection as _;
 
 mod api_keys;
 mod audit;
+mod jobs;
 mod logs;
 mod open;
 mod sandboxes;

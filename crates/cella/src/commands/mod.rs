@@ -4,6 +4,7 @@ pub mod bench;
 pub mod doctor;
 pub mod exec;
 pub mod guest;
+pub mod jobs;
 pub mod local;
 pub mod run;
 pub mod sandbox;

@@ -246,15 +246,15 @@ fn find_skills(names: &[String]) -> anyhow::Result<Vec<AttachedSkill>> {
     Ok(skills)
 }
 
-/// Human progress on stderr.
-struct Progress {
+/// Human progress on stderr (also `cella jobs watch`).
+pub(crate) struct Progress {
     /// Whether the cursor is at the start of a line.
     at_line_start: Mutex<bool>,
     color: bool,
 }
 
 impl Progress {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             at_line_start: Mutex::new(true),
             color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),

@@ -51,6 +51,8 @@ pub struct ServeArgs {
     /// Longest lifetime a create or timeout request may ask for [default: 24h].
     #[arg(long, env = "CELLA_MAX_TIMEOUT", value_parser = cella_sandbox::spec::parse_duration)]
     max_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    jobs: super::jobs::ServeJobsArgs,
 }
 
 impl ServeArgs {
@@ -101,6 +103,7 @@ impl ServeArgs {
                 config.max_timeout_secs
             );
         }
+        config.jobs = self.jobs.config()?;
         Ok(config)
     }
 }
@@ -139,6 +142,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let url = format!("http://{}", server.state.config.listen);
         say(&format!("cella serve: listening on {url} (data in {})", data_dir.display()));
         let (adopted, lost) = server.restored;
+        if server.interrupted_jobs > 0 {
+            say(&format!("cella serve: {} jobs were running when the previous server stopped; they ended as errors (interrupted by restart)", server.interrupted_jobs));
+        }
         if adopted + lost > 0 {
             say(&format!("cella serve: reattached {adopted} running sandboxes; {lost} had ended while the server was down"));
         }

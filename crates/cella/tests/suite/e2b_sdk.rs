@@ -215,7 +215,7 @@ fn sandboxes_survive_a_server_sigkill() {
 
 /// The host pid of a sandbox's init, from its helper's socket directory (the server's store is
 /// not read directly: this is what an operator would see).
-fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
+pub fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
     let sock = data.join("run").join(id).join("envd.sock");
     assert!(sock.exists(), "{} missing", sock.display());
     // The sandbox's init is the process whose cgroup is named after the sandbox.

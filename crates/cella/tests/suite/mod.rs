@@ -1,6 +1,7 @@
 mod e2b_sdk;
 mod escape;
 mod exec;
+mod jobs;
 mod manager;
 mod run;
 mod sandbox_cli;

@@ -241,7 +241,7 @@ fn package(dir: &Path, out: &Path) -> Vec<u8> {
     std::fs::read(out).expect("read package")
 }
 
-fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
     let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, data) in entries {
         z.start_file(*name, SimpleFileOptions::default())
