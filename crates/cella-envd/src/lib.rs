@@ -9,6 +9,7 @@
 
 pub mod files;
 pub mod filesystem;
+pub mod forward;
 pub mod init;
 pub mod metrics;
 pub mod process;
@@ -78,12 +79,14 @@ impl Envd {
         }))
     }
 
-    /// Every envd route: Connect services, file transfer, health, metrics and envs.
+    /// Every envd route: Connect services, file transfer, health, metrics, envs and the host's
+    /// port forwarding.
     pub fn router(&self) -> Router {
         Router::new()
             .merge(process::routes())
             .merge(filesystem::routes())
             .merge(files::routes())
+            .merge(forward::routes())
             .route("/health", get(health).head(health))
             .route("/metrics", get(metrics::handler))
             .route("/envs", get(envs))

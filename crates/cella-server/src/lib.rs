@@ -12,6 +12,7 @@ pub mod error;
 pub mod gateway;
 pub mod lifecycle;
 pub mod metrics;
+pub mod ports;
 pub mod skills_api;
 pub mod state;
 
