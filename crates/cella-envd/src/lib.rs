@@ -11,6 +11,7 @@ pub mod files;
 pub mod filesystem;
 pub mod forward;
 pub mod init;
+pub mod interpreter;
 pub mod metrics;
 pub mod process;
 pub mod rpc;
