@@ -9,7 +9,9 @@
 
 pub mod files;
 pub mod filesystem;
+pub mod forward;
 pub mod init;
+pub mod interpreter;
 pub mod metrics;
 pub mod process;
 pub mod rpc;
@@ -78,12 +80,14 @@ impl Envd {
         }))
     }
 
-    /// Every envd route: Connect services, file transfer, health, metrics and envs.
+    /// Every envd route: Connect services, file transfer, health, metrics, envs and the host's
+    /// port forwarding.
     pub fn router(&self) -> Router {
         Router::new()
             .merge(process::routes())
             .merge(filesystem::routes())
             .merge(files::routes())
+            .merge(forward::routes())
             .route("/health", get(health).head(health))
             .route("/metrics", get(metrics::handler))
             .route("/envs", get(envs))

@@ -23,6 +23,19 @@ pub const ENVD_VERSION: &str = "0.6.13";
 /// The port number E2B clients use to address envd through a gateway.
 pub const ENVD_PORT: u16 = 49983;
 
+/// The port of the code interpreter (E2B's `JUPYTER_PORT`); envd serves it inside the sandbox.
+pub const INTERPRETER_PORT: u16 = 49999;
+
+/// envd's internal route that turns a connection to its socket into a TCP connection to
+/// `127.0.0.1:{port}` inside the sandbox (`GET {FORWARD_PATH}{port}` with `Upgrade:`
+/// [`FORWARD_UPGRADE`], answered `101`). Only the host may call it: gateways refuse every path
+/// under [`INTERNAL_PATH_PREFIX`].
+pub const FORWARD_PATH: &str = "/__cella/forward/";
+/// The `Upgrade` protocol name of a port-forwarding request.
+pub const FORWARD_UPGRADE: &str = "cella-forward";
+/// Paths under this prefix are envd internals, never reachable through a gateway.
+pub const INTERNAL_PATH_PREFIX: &str = "/__cella/";
+
 /// Content type of unary Connect JSON calls.
 pub const CONTENT_TYPE_UNARY: &str = "application/json";
 /// Content type of streaming Connect JSON calls.

@@ -162,6 +162,14 @@ impl EnvdClient {
         }
     }
 
+    /// envd's Unix socket, when it is reached directly on one (what port forwarding opens).
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        match &self.route {
+            Route::Direct(Dial::Unix(path)) => Some(path),
+            _ => None,
+        }
+    }
+
     fn http_error(&self, detail: impl ToString) -> ClientError {
         let target = match &self.route {
             Route::Direct(d) => d.to_string(),

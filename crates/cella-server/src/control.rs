@@ -40,6 +40,17 @@ pub struct NewSandbox {
     /// cella extension: skills to mount at `/skills/<name>` (`name` or `name@VERSION`).
     #[serde(default)]
     pub skills: Option<Vec<String>>,
+    #[serde(default)]
+    pub network: Option<SandboxNetwork>,
+}
+
+/// E2B's `SandboxNetworkConfig`, as far as cella reads it here.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxNetwork {
+    /// `false`: the sandbox's ports answer only requests carrying its traffic access token.
+    #[serde(default)]
+    pub allow_public_traffic: Option<bool>,
 }
 
 fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -125,6 +136,11 @@ async fn create_from(
             metadata: req.metadata.unwrap_or_default(),
             envs: req.env_vars.unwrap_or_default(),
             skills,
+            public_traffic: req
+                .network
+                .as_ref()
+                .and_then(|n| n.allow_public_traffic)
+                .unwrap_or(true),
             ..Default::default()
         },
     )

@@ -2,7 +2,7 @@
 //! `E2b-Sandbox-Port` headers, or a `<port>-<id>.<domain>` Host) are passed to that sandbox's
 //! envd, streaming in both directions without buffering. Access is checked per sandbox: the
 //! envd access token (`X-Access-Token`) or a signed file URL (`v1_` signatures with expiry);
-//! envd's internal routes are refused.
+//! envd's internal routes are refused. Other ports are served by `ports`.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
@@ -257,23 +257,13 @@ async fn proxy_inner(
     req: Request<Body>,
 ) -> Result<Response, ApiError> {
     if target.port != cella_proto::ENVD_PORT {
-        return Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            format!(
-                "port {} of sandbox {} is not exposed: only envd (port {}) is served in this version",
-                target.port,
-                target.sandbox_id,
-                cella_proto::ENVD_PORT
-            ),
-        ));
+        return crate::ports::proxy(state, target, req).await;
     }
-    if INTERNAL_ROUTES.contains(&req.uri().path()) {
+    let path = req.uri().path();
+    if INTERNAL_ROUTES.contains(&path) || path.starts_with(cella_proto::INTERNAL_PATH_PREFIX) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            format!(
-                "{} is an internal envd route and is not reachable through the gateway",
-                req.uri().path()
-            ),
+            format!("{path} is an internal envd route and is not reachable through the gateway"),
         ));
     }
     let sandbox = state.sandbox_for_gateway(&target.sandbox_id).await?;

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod jobs;
 pub mod lifecycle;
 pub mod metrics;
+pub mod ports;
 pub mod skills_api;
 pub mod state;
 

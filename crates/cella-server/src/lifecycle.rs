@@ -26,6 +26,8 @@ pub struct CreateRequest {
     pub workdir: Option<std::path::PathBuf>,
     /// Skill mounts (name → extracted directory), resolved by `skills_api`.
     pub skills: BTreeMap<String, std::path::PathBuf>,
+    /// E2B's `network.allowPublicTraffic` (default true); false mints a traffic access token.
+    pub public_traffic: bool,
 }
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
@@ -122,19 +124,14 @@ pub fn watch_end(state: &AppState, sb: &Arc<Sandbox>) {
     });
 }
 
-fn remember(
-    state: &AppState,
-    sb: &Arc<Sandbox>,
-    tenant_id: &str,
-    token: Option<String>,
-    paused: bool,
-) {
+fn remember(state: &AppState, sb: &Arc<Sandbox>, record: &SandboxRecord, paused: bool) {
     state.remember(
         &sb.id,
         GatewayEntry {
-            tenant_id: tenant_id.to_string(),
+            tenant_id: record.tenant_id.clone(),
             envd: sb.envd.clone(),
-            envd_access_token: token,
+            envd_access_token: record.envd_access_token.clone(),
+            traffic_access_token: record.traffic_access_token.clone(),
             paused,
         },
     );
@@ -200,8 +197,8 @@ pub async fn create(
         backend_state: sb.instance.state.clone(),
         spec: serde_json::to_value(&spec).unwrap_or_default(),
         metadata: req.metadata,
-        envd_access_token: token.clone(),
-        traffic_access_token: None,
+        envd_access_token: token,
+        traffic_access_token: (!req.public_traffic).then(|| cella_proto::ids::random_hex(32)),
         cpu_count: spec.limits.cpus.map(|c| c.ceil() as u32).unwrap_or(1),
         memory_mb: spec
             .limits
@@ -222,7 +219,7 @@ pub async fn create(
         let _ = state.manager.kill(&sb.id).await;
         return Err(e.into());
     }
-    remember(state, &sb, &caller.tenant.id, token, false);
+    remember(state, &sb, &record, false);
     watch_end(state, &sb);
     for w in &sb.instance.warnings {
         log(state, &sb.id, cella_store::LogLevel::Warn, w.clone()).await;
@@ -450,13 +447,7 @@ pub async fn restore(state: &AppState) -> Result<(usize, usize), ApiError> {
             paused,
         ) {
             Some(sb) => {
-                remember(
-                    state,
-                    &sb,
-                    &r.tenant_id,
-                    r.envd_access_token.clone(),
-                    paused,
-                );
+                remember(state, &sb, &r, paused);
                 watch_end(state, &sb);
                 log(
                     state,

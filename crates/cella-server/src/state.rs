@@ -17,6 +17,8 @@ pub struct GatewayEntry {
     pub tenant_id: String,
     pub envd: EnvdClient,
     pub envd_access_token: Option<String>,
+    /// Set when the sandbox's ports are private (`allowPublicTraffic: false`).
+    pub traffic_access_token: Option<String>,
     pub paused: bool,
 }
 

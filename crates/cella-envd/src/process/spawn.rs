@@ -41,7 +41,7 @@ struct Pumps {
 
 /// The environment a process starts with: defaults for the user, the sandbox's variables, then
 /// the request's.
-fn environment(
+pub(crate) fn environment(
     envd: &Envd,
     user: &User,
     cwd: &Path,
@@ -64,7 +64,11 @@ fn environment(
     env
 }
 
-fn resolve_cwd(envd: &Envd, user: &User, requested: Option<&str>) -> Result<PathBuf, RpcError> {
+pub(crate) fn resolve_cwd(
+    envd: &Envd,
+    user: &User,
+    requested: Option<&str>,
+) -> Result<PathBuf, RpcError> {
     let cwd = match requested.filter(|c| !c.is_empty()) {
         Some(c) if Path::new(c).is_absolute() => PathBuf::from(c),
         Some(c) => user.home.join(c),
@@ -255,7 +259,7 @@ fn clamp16(v: u32, default: u16) -> u16 {
     }
 }
 
-fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
 }

@@ -2,5 +2,6 @@
 
 mod files;
 mod filesystem;
+mod interpreter;
 mod sdk;
 mod support;

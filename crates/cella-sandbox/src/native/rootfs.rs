@@ -45,17 +45,40 @@ const ETC_COPIED: &[&str] = &[
     "manpath.config",
     "subversion",
     "gitconfig",
+    "matplotlibrc",
 ];
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 const GROUP: &str = "root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:1000:\nnogroup:x:65534:\n";
 const HOSTNAME: &str = "cella";
 
+/// Whether the host's libraries changed since `dir` was built (a package installed on the host
+/// updates `ld.so.cache` and `alternatives`, which the copy must then follow).
+fn etc_is_stale(dir: &Path) -> bool {
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let Some(built) = modified(&dir.join("passwd")) else {
+        return true;
+    };
+    ["/etc/ld.so.cache", "/etc/alternatives"]
+        .iter()
+        .filter_map(|p| modified(Path::new(p)))
+        .any(|host| host > built)
+}
+
 /// Builds the shared, read-only `/etc` of the base template under `dir` (atomically: into a
-/// temporary directory, then renamed). Does nothing when it already exists.
+/// temporary directory, then renamed). Does nothing when it exists and is not older than the
+/// host's libraries; a stale one is moved aside and left there: running sandboxes have it
+/// mounted, and removing its files would remove them from their `/etc` too.
 pub fn prepare_etc(dir: &Path) -> io::Result<()> {
-    if dir.join("passwd").exists() {
+    if !etc_is_stale(dir) {
         return Ok(());
+    }
+    if dir.exists() {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let _ = std::fs::rename(dir, dir.with_extension(format!("stale.{stamp}")));
     }
     let parent = dir
         .parent()

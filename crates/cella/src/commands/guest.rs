@@ -36,7 +36,11 @@ fn serve(listener: UnixListener, guest: GuestConfig, pid1: bool) -> std::io::Res
             default_workdir: guest.default_workdir.map(PathBuf::from),
             envs: guest.envs,
         };
-        cella_envd::serve(listener, Envd::new(config)).await
+        let envd = Envd::new(config);
+        if pid1 {
+            cella_envd::interpreter::listen(&envd, cella_proto::INTERPRETER_PORT).await;
+        }
+        cella_envd::serve(listener, envd).await
     })
 }
 

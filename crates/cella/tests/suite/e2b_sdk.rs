@@ -118,6 +118,9 @@ fn e2b_python_sdk_against_cella_serve() {
     let out = Command::new(std::path::Path::new(&venv).join("bin/python"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(&tests)
+        // Run by its own test (suite/code_interpreter.rs).
+        .arg("--ignore")
+        .arg(tests.join("test_code_interpreter.py"))
         .env("E2B_API_URL", &url)
         .env("E2B_SANDBOX_URL", &url)
         .env("E2B_API_KEY", &key)

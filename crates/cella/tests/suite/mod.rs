@@ -1,3 +1,4 @@
+mod code_interpreter;
 mod e2b_sdk;
 mod escape;
 mod exec;
