@@ -10,6 +10,7 @@ pub mod client;
 pub mod host;
 pub mod manager;
 pub mod native;
+pub mod network;
 pub mod pool;
 pub mod spec;
 
