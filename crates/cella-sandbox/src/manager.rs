@@ -285,6 +285,9 @@ impl SandboxManager {
         paused: bool,
     ) -> Option<Arc<Sandbox>> {
         let instance = self.backend.reattach(id, state)?;
+        if let Err(e) = self.backend.set_network(&instance, &spec.network) {
+            tracing::warn!(sandbox = id, "network policy not restored: {e}");
+        }
         Some(self.register(id.to_string(), spec, instance, started_at, end_at, paused))
     }
 
@@ -343,6 +346,16 @@ impl SandboxManager {
         let sb = self.get(id)?;
         *sb.end_at.lock().unwrap_or_else(|p| p.into_inner()) = end;
         Ok(())
+    }
+
+    /// Replaces a running sandbox's egress policy (new connections follow it).
+    pub fn set_network(
+        &self,
+        id: &str,
+        policy: &crate::network::NetworkPolicy,
+    ) -> Result<(), SandboxError> {
+        let sb = self.get(id)?;
+        self.backend.set_network(&sb.instance, policy)
     }
 
     pub fn usage(&self, id: &str) -> Result<Usage, SandboxError> {
