@@ -12,6 +12,7 @@ pub mod error;
 pub mod gateway;
 pub mod lifecycle;
 pub mod metrics;
+pub mod network;
 pub mod skills_api;
 pub mod state;
 
@@ -146,6 +147,7 @@ impl Server {
             metrics: Default::default(),
             gateway: RwLock::new(HashMap::new()),
         }));
+        network::log_denials(&state);
         let restored = lifecycle::restore(&state)
             .await
             .map_err(|e| ServeError::Config(format!("restoring sandboxes: {}", e.message)))?;
@@ -208,7 +210,7 @@ fn control_routes() -> Router<AppState> {
         .route("/sandboxes/{id}/logs", get(control::logs))
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/v2/sandboxes/{id}/logs", get(control::logs))
-        .route("/sandboxes/{id}/network", put(control::network))
+        .route("/sandboxes/{id}/network", put(network::update))
         .merge(skills_api::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

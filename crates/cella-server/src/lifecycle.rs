@@ -23,6 +23,7 @@ pub struct CreateRequest {
     pub envs: BTreeMap<String, String>,
     /// Skill mounts (name → extracted directory), resolved by `skills_api`.
     pub skills: BTreeMap<String, std::path::PathBuf>,
+    pub network: cella_sandbox::network::NetworkPolicy,
 }
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
@@ -50,7 +51,7 @@ pub fn template_spec(template: &str) -> SandboxSpec {
     }
 }
 
-async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
+pub(crate) async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
     let entry = cella_store::NewSandboxLog {
         level,
         message,
@@ -168,6 +169,7 @@ pub async fn create(
         lifetime: Some(req.timeout),
         metadata: req.metadata.clone(),
         skills: req.skills,
+        network: req.network,
         ..template_spec(&template)
     };
     let started = Instant::now();

@@ -475,6 +475,28 @@ impl Store {
         self.updated(id, row, "updated").await
     }
 
+    /// Replaces the spec of a live sandbox `id` (e.g. a changed network policy), so a restarted
+    /// server applies the current one.
+    pub async fn set_sandbox_spec(
+        &self,
+        id: &str,
+        spec: &serde_json::Value,
+    ) -> Result<SandboxRecord> {
+        let text = to_json(spec, "sandbox spec")?;
+        let row = with_db!(self, |pool| {
+            sqlx::query_as::<_, SandboxRow>(sqlx::AssertSqlSafe(format!(
+                "UPDATE sandboxes SET spec = $1 WHERE id = $2 AND state <> 'killed' \
+                 RETURNING {SANDBOX_COLUMNS}"
+            )))
+            .bind(&text)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+        })
+        .map_err(query_error(format!("set the spec of sandbox {id}")))?;
+        self.updated(id, row, "updated").await
+    }
+
     /// The result of a guarded update: the row, or why no row matched.
     async fn updated(
         &self,
