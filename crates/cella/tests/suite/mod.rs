@@ -2,6 +2,7 @@ mod e2b_sdk;
 mod escape;
 mod exec;
 mod manager;
+mod network;
 mod run;
 mod sandbox_cli;
 mod skills;
