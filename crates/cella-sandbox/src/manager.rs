@@ -190,6 +190,14 @@ impl SandboxManager {
             let _ = self.backend.kill(&ready.instance).await;
             return None;
         }
+        // Pooled sandboxes start with the default policy (no network).
+        if spec.network != crate::network::NetworkPolicy::default()
+            && let Err(e) = self.backend.set_network(&ready.instance, &spec.network)
+        {
+            tracing::warn!(sandbox = %ready.id, "network policy of a pooled sandbox: {e}; building one instead");
+            let _ = self.backend.kill(&ready.instance).await;
+            return None;
+        }
         let now = SystemTime::now();
         let end = spec.lifetime.map(|l| now + l);
         Some(self.register_from(

@@ -225,6 +225,12 @@ impl Backend for NativeBackend {
                     self.config.id_base,
                     rootless,
                 )?),
+                None if !spec.network.is_deny_all() => {
+                    return Err(SandboxError::Unsupported(
+                        "network access needs the egress proxy, which this process did not start"
+                            .into(),
+                    ));
+                }
                 None => None,
             };
             let envs = match egress_dir {

@@ -375,6 +375,8 @@ fn start_serve(data: &Path, hosts: &Path, port: u16) -> Serve {
         .args([
             "serve",
             "--no-auth",
+            "--warm-pool",
+            "base=1",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--data-dir",
@@ -431,6 +433,21 @@ fn server_policies_change_at_runtime_and_survive_a_restart() {
         let data = lab.dir.path().join("data");
         let port = 3000;
         let serve = start_serve(&data, &lab.hosts(), port);
+        // The sandbox comes from the warm pool (built with no network); the claim applies the
+        // requested policy.
+        let ready = "cella_warm_pool_ready{template=\"base\"} 1";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, metrics) = call(port, "GET", "/metrics", None);
+            if metrics.contains(ready) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the warm pool did not fill: {metrics}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let (status, body) = call(
             port,
             "POST",
@@ -443,6 +460,11 @@ fn server_policies_change_at_runtime_and_survive_a_restart() {
         let v: serde_json::Value = serde_json::from_str(&body).expect("json");
         let id = v["sandboxID"].as_str().expect("id").to_string();
         let socket = data.join("run").join(&id).join("egress/egress.sock");
+        let metrics = call(port, "GET", "/metrics", None).1;
+        assert!(
+            metrics.contains("cella_warm_pool_hits_total{template=\"base\"} 1"),
+            "{metrics}"
+        );
 
         assert_eq!(via_proxy(&socket, "allowed.test"), "HTTP/1.1 200 OK");
         assert_eq!(via_proxy(&socket, "other.test"), "HTTP/1.1 403 Forbidden");
