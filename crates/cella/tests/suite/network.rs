@@ -527,3 +527,70 @@ fn server_policies_change_at_runtime_and_survive_a_restart() {
         assert_eq!(status, 204);
     });
 }
+
+/// The unmodified e2b SDK: `network` at create, `update_network`, and commands in the sandbox
+/// reaching (or not) the lab's servers through the environment's proxy.
+const SDK_SCRIPT: &str = r#"
+from e2b import Sandbox
+from e2b.sandbox.network import ALL_TRAFFIC
+sbx = Sandbox.create(timeout=120, network={"allow_out": ["allowed.test"], "deny_out": [ALL_TRAFFIC]})
+code = "curl -s -o /dev/null -w '%{http_code}' "
+print(sbx.commands.run("curl -sS http://allowed.test/sdk").stdout.strip())
+print(sbx.commands.run(code + "http://other.test/").stdout.strip())
+sbx.update_network({"allow_out": ["other.test"], "deny_out": [ALL_TRAFFIC]})
+print(sbx.commands.run(code + "http://other.test/").stdout.strip())
+print(sbx.commands.run(code + "http://allowed.test/").stdout.strip())
+info = sbx.get_info()
+print(info.allow_internet_access)
+open_sbx = Sandbox.create(timeout=120, allow_internet_access=True)
+print(open_sbx.commands.run(code + "http://other.test/").stdout.strip())
+print(open_sbx.commands.run(code + "http://private.test/").stdout.strip())
+closed = Sandbox.create(timeout=120)
+print(closed.commands.run(code + "http://allowed.test/").stdout.strip())
+for s in (sbx, open_sbx, closed):
+    s.kill()
+import os, sys
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+#[test]
+fn e2b_sdk_network_options() {
+    require_root!();
+    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
+        eprintln!(
+            "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned e2b SDK)"
+        );
+        return;
+    };
+    in_lab(move |lab| {
+        let data = lab.dir.path().join("data");
+        let _serve = start_serve(&data, &lab.hosts(), 3000);
+        let o = Command::new(Path::new(&venv).join("bin/python"))
+            .args(["-c", SDK_SCRIPT])
+            .env("E2B_API_URL", "http://127.0.0.1:3000")
+            .env("E2B_SANDBOX_URL", "http://127.0.0.1:3000")
+            .env(
+                "E2B_API_KEY",
+                "e2b_0000000000000000000000000000000000000000",
+            )
+            .output()
+            .expect("python");
+        assert!(o.status.success(), "{}", all_output(&o));
+        assert_eq!(
+            text(&o.stdout).lines().collect::<Vec<_>>(),
+            vec![
+                "reached 198.51.100.10",
+                "403",
+                "200",
+                "403",
+                "False",
+                "200",
+                "403",
+                "403"
+            ],
+            "{}",
+            all_output(&o)
+        );
+    });
+}
