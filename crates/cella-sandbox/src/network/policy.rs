@@ -359,6 +359,29 @@ impl NetworkPolicy {
         Err(DenyReason::NotAllowed)
     }
 
+    /// What can be decided from the name alone, before it is resolved: a name no rule could
+    /// allow (or a deny-listed name) is refused without a lookup, so a sandbox cannot leak data
+    /// through the host's resolver in the names it asks for.
+    pub fn check_name(&self, name: &str) -> Result<(), DenyReason> {
+        if let Some(rule) = self
+            .deny
+            .iter()
+            .find(|r| matches!(r, Rule::Domain(d) if d.matches(name)))
+        {
+            return Err(DenyReason::DenyList(rule.clone()));
+        }
+        let could_allow = self.allow_internet
+            || self.allow.iter().any(|r| match r {
+                Rule::Cidr(_) => true,
+                Rule::Domain(d) => d.matches(name),
+            });
+        if could_allow {
+            Ok(())
+        } else {
+            Err(DenyReason::NotAllowed)
+        }
+    }
+
     /// Whether nothing at all is allowed (no allow rule, no internet).
     pub fn is_deny_all(&self) -> bool {
         !self.allow_internet && self.allow.is_empty()
@@ -503,6 +526,27 @@ mod tests {
         assert!(p.check(None, ip("127.0.0.1")).is_ok());
         assert!(p.check(Some("anything"), ip("10.9.9.9")).is_ok());
         assert!(p.check(None, ip("127.0.0.2")).is_err());
+    }
+
+    #[test]
+    fn names_nothing_could_allow_are_refused_before_lookup() {
+        let p = policy("allow:api.example.com;deny:*.bad.example");
+        assert!(p.check_name("api.example.com").is_ok());
+        assert_eq!(
+            p.check_name("leak.attacker.example"),
+            Err(DenyReason::NotAllowed)
+        );
+        assert!(matches!(
+            policy("internet;deny:*.bad.example").check_name("x.bad.example"),
+            Err(DenyReason::DenyList(_))
+        ));
+        // With a CIDR allow any name may resolve into it, so the lookup has to happen.
+        assert!(
+            policy("allow:10.0.0.0/8")
+                .check_name("anything.example")
+                .is_ok()
+        );
+        assert!(policy("internet").check_name("anything.example").is_ok());
     }
 
     #[test]

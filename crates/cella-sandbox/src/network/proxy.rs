@@ -305,6 +305,12 @@ async fn open(ctx: &Ctx, host: &str, port: u16) -> Result<TcpStream, Refused> {
             );
             return Err(Refused::Policy);
         }
+        if let Some(n) = &name
+            && let Err(reason) = policy.check_name(n)
+        {
+            ctx.deny(&destination, None, reason.to_string());
+            return Err(Refused::Policy);
+        }
     }
     let ips = resolve(&ctx.hosts(), host, port)
         .await

