@@ -528,6 +528,20 @@ fn server_policies_change_at_runtime_and_survive_a_restart() {
     });
 }
 
+/// After a server restart: the changed policy holds inside the sandbox.
+const SDK_AFTER_RESTART: &str = r#"
+import sys
+from e2b import Sandbox
+sbx = Sandbox.connect(sys.argv[1])
+code = "curl -s -o /dev/null -w '%{http_code}' "
+print(sbx.commands.run(code + "http://other.test/").stdout.strip())
+print(sbx.commands.run(code + "http://allowed.test/").stdout.strip())
+sbx.kill()
+import os
+sys.stdout.flush()
+os._exit(0)
+"#;
+
 /// The unmodified e2b SDK: `network` at create, `update_network`, and commands in the sandbox
 /// reaching (or not) the lab's servers through the environment's proxy.
 const SDK_SCRIPT: &str = r#"
@@ -547,8 +561,9 @@ print(open_sbx.commands.run(code + "http://other.test/").stdout.strip())
 print(open_sbx.commands.run(code + "http://private.test/").stdout.strip())
 closed = Sandbox.create(timeout=120)
 print(closed.commands.run(code + "http://allowed.test/").stdout.strip())
-for s in (sbx, open_sbx, closed):
+for s in (open_sbx, closed):
     s.kill()
+print(sbx.sandbox_id)
 import os, sys
 sys.stdout.flush()
 os._exit(0)
@@ -565,21 +580,26 @@ fn e2b_sdk_network_options() {
     };
     in_lab(move |lab| {
         let data = lab.dir.path().join("data");
-        let _serve = start_serve(&data, &lab.hosts(), 3000);
-        let o = Command::new(Path::new(&venv).join("bin/python"))
-            .args(["-c", SDK_SCRIPT])
-            .env("E2B_API_URL", "http://127.0.0.1:3000")
-            .env("E2B_SANDBOX_URL", "http://127.0.0.1:3000")
-            .env(
-                "E2B_API_KEY",
-                "e2b_0000000000000000000000000000000000000000",
-            )
-            .output()
-            .expect("python");
-        assert!(o.status.success(), "{}", all_output(&o));
+        let python = |args: &[&str]| {
+            let o = Command::new(Path::new(&venv).join("bin/python"))
+                .args(args)
+                .env("E2B_API_URL", "http://127.0.0.1:3000")
+                .env("E2B_SANDBOX_URL", "http://127.0.0.1:3000")
+                .env(
+                    "E2B_API_KEY",
+                    "e2b_0000000000000000000000000000000000000000",
+                )
+                .output()
+                .expect("python");
+            assert!(o.status.success(), "{}", all_output(&o));
+            text(&o.stdout)
+        };
+        let serve = start_serve(&data, &lab.hosts(), 3000);
+        let out = python(&["-c", SDK_SCRIPT]);
+        let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
-            text(&o.stdout).lines().collect::<Vec<_>>(),
-            vec![
+            lines[..8],
+            [
                 "reached 198.51.100.10",
                 "403",
                 "200",
@@ -589,8 +609,11 @@ fn e2b_sdk_network_options() {
                 "403",
                 "403"
             ],
-            "{}",
-            all_output(&o)
+            "{out}"
         );
+        drop(serve);
+        let _serve = start_serve(&data, &lab.hosts(), 3000);
+        let out = python(&["-c", SDK_AFTER_RESTART, lines[8]]);
+        assert_eq!(out.lines().collect::<Vec<_>>(), ["200", "403"], "{out}");
     });
 }
