@@ -7,6 +7,7 @@
 //! it, nor anything about tenants, API keys or the server's routes: the host side reaches it only
 //! through the socket.
 
+pub mod egress;
 pub mod files;
 pub mod filesystem;
 pub mod forward;

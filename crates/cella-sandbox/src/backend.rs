@@ -83,4 +83,21 @@ pub trait Backend: Send + Sync + 'static {
     fn reattach(&self, id: &str, state: &serde_json::Value) -> Option<Instance>;
     /// Template names this backend can create.
     fn templates(&self) -> Vec<String>;
+    /// Applies an egress policy to a running (or just re-adopted) sandbox; connections opened
+    /// from now on follow it.
+    fn set_network(
+        &self,
+        instance: &Instance,
+        _policy: &crate::network::NetworkPolicy,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::Unsupported(format!(
+            "the {} backend cannot change the network policy of sandbox {}",
+            self.name(),
+            instance.id
+        )))
+    }
+    /// Every refused egress connection of this backend's sandboxes, as it happens.
+    fn network_denials(&self) -> Option<tokio::sync::broadcast::Receiver<crate::network::Denial>> {
+        None
+    }
 }

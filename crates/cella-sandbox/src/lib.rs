@@ -11,6 +11,7 @@ pub mod forward;
 pub mod host;
 pub mod manager;
 pub mod native;
+pub mod network;
 pub mod pool;
 pub mod spec;
 

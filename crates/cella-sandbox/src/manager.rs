@@ -178,6 +178,14 @@ impl SandboxManager {
             let _ = self.backend.kill(&ready.instance).await;
             return None;
         }
+        // Pooled sandboxes start with the default policy (no network).
+        if spec.network != crate::network::NetworkPolicy::default()
+            && let Err(e) = self.backend.set_network(&ready.instance, &spec.network)
+        {
+            tracing::warn!(sandbox = %ready.id, "network policy of a pooled sandbox: {e}; building one instead");
+            let _ = self.backend.kill(&ready.instance).await;
+            return None;
+        }
         let now = SystemTime::now();
         let end = spec.lifetime.map(|l| now + l);
         Some(self.register(
@@ -273,6 +281,9 @@ impl SandboxManager {
         paused: bool,
     ) -> Option<Arc<Sandbox>> {
         let instance = self.backend.reattach(id, state)?;
+        if let Err(e) = self.backend.set_network(&instance, &spec.network) {
+            tracing::warn!(sandbox = id, "network policy not restored: {e}");
+        }
         Some(self.register(
             id.to_string(),
             spec,
@@ -339,6 +350,16 @@ impl SandboxManager {
         let sb = self.get(id)?;
         *sb.end_at.lock().unwrap_or_else(|p| p.into_inner()) = end;
         Ok(())
+    }
+
+    /// Replaces a running sandbox's egress policy (new connections follow it).
+    pub fn set_network(
+        &self,
+        id: &str,
+        policy: &crate::network::NetworkPolicy,
+    ) -> Result<(), SandboxError> {
+        let sb = self.get(id)?;
+        self.backend.set_network(&sb.instance, policy)
     }
 
     pub fn usage(&self, id: &str) -> Result<Usage, SandboxError> {

@@ -39,6 +39,8 @@ pub fn pool_shape(spec: &SandboxSpec) -> SandboxSpec {
     shape.envs.clear();
     shape.metadata.clear();
     shape.lifetime = None;
+    // A claim applies the request's network policy to the pooled sandbox.
+    shape.network = Default::default();
     shape
 }
 
@@ -199,6 +201,7 @@ mod tests {
         req.envs.insert("A".into(), "1".into());
         req.metadata.insert("k".into(), "v".into());
         req.lifetime = Some(Duration::from_secs(60));
+        req.network = crate::network::NetworkPolicy::internet();
         assert!(pool.matches(&req));
         let mut other = req.clone();
         other.template = "other".into();

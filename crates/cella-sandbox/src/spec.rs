@@ -30,32 +30,16 @@ impl Limits {
     }
 }
 
-/// Network access of a sandbox.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    /// Its own network namespace with only loopback (the default).
-    #[default]
-    None,
-}
-
-impl std::str::FromStr for Network {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(Network::None),
-            other => Err(format!(
-                "unknown network mode {other:?}: supported modes are: none"
-            )),
-        }
-    }
-}
+/// Network access of a sandbox: its egress policy (deny-all by default; see
+/// [`crate::network::policy`]). The CLI form is `none`, `internet`, `allow:LIST`, `deny:LIST`.
+pub type Network = crate::network::NetworkPolicy;
 
 /// Everything needed to create a sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxSpec {
     pub template: String,
     pub limits: Limits,
+    #[serde(default)]
     pub network: Network,
     /// Environment variables for every process in the sandbox.
     pub envs: BTreeMap<String, String>,
@@ -80,7 +64,7 @@ impl Default for SandboxSpec {
         SandboxSpec {
             template: "base".into(),
             limits: Limits::standard(),
-            network: Network::None,
+            network: Network::default(),
             envs: BTreeMap::new(),
             workdir: None,
             skills: BTreeMap::new(),

@@ -33,24 +33,19 @@ pub struct NewSandbox {
     pub metadata: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub env_vars: Option<BTreeMap<String, String>>,
-    #[serde(default, rename = "allow_internet_access")]
+    #[serde(
+        default,
+        rename = "allow_internet_access",
+        alias = "allowInternetAccess"
+    )]
     pub allow_internet_access: Option<bool>,
+    #[serde(default)]
+    pub network: Option<Value>,
     #[serde(default)]
     pub auto_pause: Option<bool>,
     /// cella extension: skills to mount at `/skills/<name>` (`name` or `name@VERSION`).
     #[serde(default)]
     pub skills: Option<Vec<String>>,
-    #[serde(default)]
-    pub network: Option<SandboxNetwork>,
-}
-
-/// E2B's `SandboxNetworkConfig`, as far as cella reads it here.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SandboxNetwork {
-    /// `false`: the sandbox's ports answer only requests carrying its traffic access token.
-    #[serde(default)]
-    pub allow_public_traffic: Option<bool>,
 }
 
 fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -114,6 +109,8 @@ async fn create_from(
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
     let timeout = timeout_secs(&state, req.timeout)?;
+    let network =
+        crate::network::policy_for_create(req.allow_internet_access, req.network.as_ref())?;
     let skills = crate::skills_api::mounts_for_create(
         &state,
         &caller,
@@ -121,11 +118,6 @@ async fn create_from(
         req.metadata.as_ref(),
     )
     .await?;
-    if req.allow_internet_access == Some(true) {
-        tracing::debug!(
-            "allow_internet_access requested; network policy is not implemented yet, the sandbox has no network"
-        );
-    }
     let created = lifecycle::create(
         &state,
         &caller,
@@ -136,11 +128,8 @@ async fn create_from(
             metadata: req.metadata.unwrap_or_default(),
             envs: req.env_vars.unwrap_or_default(),
             skills,
-            public_traffic: req
-                .network
-                .as_ref()
-                .and_then(|n| n.allow_public_traffic)
-                .unwrap_or(true),
+            network: network.policy,
+            public_traffic: network.public_traffic,
             ..Default::default()
         },
     )
@@ -195,7 +184,7 @@ pub async fn get_one(
     let r = lifecycle::live_record(&state, &caller, &id).await?;
     let mut v = listed_json(&r);
     v["envdAccessToken"] = json!(r.envd_access_token);
-    v["allowInternetAccess"] = json!(false);
+    crate::network::describe(&r.spec, &mut v);
     v["domain"] = Value::Null;
     Ok(Json(v))
 }
@@ -518,18 +507,6 @@ pub async fn logs(
         .map(|l| json!({ "timestamp": rfc3339(l.at), "level": l.level.to_string(), "message": l.message, "fields": {} }))
         .collect();
     Ok(Json(json!({ "logs": logs })))
-}
-
-pub async fn network(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    lifecycle::live_record(&state, &caller, &id).await?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "changing a sandbox's network policy is not supported yet: sandboxes have no network access",
-    ))
 }
 
 pub async fn health() -> Json<Value> {

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod jobs;
 pub mod lifecycle;
 pub mod metrics;
+pub mod network;
 pub mod ports;
 pub mod skills_api;
 pub mod state;
@@ -151,6 +152,7 @@ impl Server {
             gateway: RwLock::new(HashMap::new()),
             jobs: Default::default(),
         }));
+        network::log_denials(&state);
         let restored = lifecycle::restore(&state)
             .await
             .map_err(|e| ServeError::Config(format!("restoring sandboxes: {}", e.message)))?;
@@ -217,7 +219,7 @@ fn control_routes() -> Router<AppState> {
         .route("/sandboxes/{id}/logs", get(control::logs))
         .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/v2/sandboxes/{id}/logs", get(control::logs))
-        .route("/sandboxes/{id}/network", put(control::network))
+        .route("/sandboxes/{id}/network", put(network::update))
         .merge(skills_api::routes())
         .merge(jobs::routes())
         .fallback(not_found)

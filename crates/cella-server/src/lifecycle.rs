@@ -28,6 +28,7 @@ pub struct CreateRequest {
     pub skills: BTreeMap<String, std::path::PathBuf>,
     /// E2B's `network.allowPublicTraffic` (default true); false mints a traffic access token.
     pub public_traffic: bool,
+    pub network: cella_sandbox::network::NetworkPolicy,
 }
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
@@ -55,7 +56,7 @@ pub fn template_spec(template: &str) -> SandboxSpec {
     }
 }
 
-async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
+pub(crate) async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
     let entry = cella_store::NewSandboxLog {
         level,
         message,
@@ -169,6 +170,7 @@ pub async fn create(
         metadata: req.metadata.clone(),
         workdir: req.workdir,
         skills: req.skills,
+        network: req.network,
         ..template_spec(&template)
     };
     let started = Instant::now();

@@ -458,10 +458,32 @@ impl Store {
         id: &str,
         backend_state: &serde_json::Value,
     ) -> Result<SandboxRecord> {
-        let text = to_json(backend_state, "sandbox backend state")?;
+        self.set_json_column(id, "backend_state", backend_state, "backend state")
+            .await
+    }
+
+    /// Replaces the spec of a live sandbox `id` (e.g. a changed network policy), so a restarted
+    /// server applies the current one.
+    pub async fn set_sandbox_spec(
+        &self,
+        id: &str,
+        spec: &serde_json::Value,
+    ) -> Result<SandboxRecord> {
+        self.set_json_column(id, "spec", spec, "spec").await
+    }
+
+    /// Sets one JSON column (`column` is one of ours, never input) of a live sandbox.
+    async fn set_json_column(
+        &self,
+        id: &str,
+        column: &'static str,
+        value: &serde_json::Value,
+        what: &'static str,
+    ) -> Result<SandboxRecord> {
+        let text = to_json(value, what)?;
         let row = with_db!(self, |pool| {
             sqlx::query_as::<_, SandboxRow>(sqlx::AssertSqlSafe(format!(
-                "UPDATE sandboxes SET backend_state = $1 WHERE id = $2 AND state <> 'killed' \
+                "UPDATE sandboxes SET {column} = $1 WHERE id = $2 AND state <> 'killed' \
                  RETURNING {SANDBOX_COLUMNS}"
             )))
             .bind(&text)
@@ -469,9 +491,7 @@ impl Store {
             .fetch_optional(pool)
             .await
         })
-        .map_err(query_error(format!(
-            "set the backend state of sandbox {id}"
-        )))?;
+        .map_err(query_error(format!("set the {what} of sandbox {id}")))?;
         self.updated(id, row, "updated").await
     }
 

@@ -47,6 +47,9 @@ pub struct GuestConfig {
     pub default_user: String,
     pub default_workdir: Option<String>,
     pub envs: BTreeMap<String, String>,
+    /// Bridge the host's egress proxy into the sandbox's loopback.
+    #[serde(default)]
+    pub egress: Option<crate::network::Bridge>,
 }
 
 /// What the host asks the helper to build.
@@ -62,6 +65,10 @@ pub struct InitRequest {
     #[serde(default)]
     pub skills: BTreeMap<String, PathBuf>,
     pub guest: GuestConfig,
+    /// Host directory holding the egress proxy socket, bound read-only at
+    /// [`crate::network::GUEST_DIR`].
+    #[serde(default)]
+    pub egress_dir: Option<PathBuf>,
     /// First host uid/gid of the sandbox's 65536 ids when cella runs as root.
     pub id_base: u32,
 }
@@ -404,6 +411,7 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
         etc: &ctx.req.etc,
         workspace,
         skills: &ctx.req.skills,
+        egress: ctx.req.egress_dir.as_deref(),
         user_id: USER_ID,
         has_root: !ctx.rootless,
     };

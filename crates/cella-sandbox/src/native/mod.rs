@@ -3,6 +3,7 @@
 //! helper process started from the `cella` binary, with envd as PID 1 inside.
 
 pub mod cgroup;
+pub mod egress;
 pub mod init;
 pub mod landlock;
 pub mod rootfs;
@@ -35,6 +36,9 @@ pub struct NativeConfig {
     pub data_dir: PathBuf,
     /// First host id of the range sandboxes map to when cella runs as root.
     pub id_base: u32,
+    /// The egress proxy serving sandboxes' network policies; without it sandboxes have no
+    /// way out of their network namespace at all.
+    pub egress: Option<crate::network::EgressProxy>,
 }
 
 impl NativeConfig {
@@ -68,6 +72,7 @@ impl NativeConfig {
             run_dir,
             data_dir,
             id_base: 1_000_000,
+            egress: None,
         }
     }
 }
@@ -210,6 +215,28 @@ impl Backend for NativeBackend {
                 }
             }
             let dir = self.config.run_dir.join(id);
+            let rootless = sys::geteuid() != 0;
+            let egress_dir = match &self.config.egress {
+                Some(proxy) => Some(egress::attach(
+                    proxy,
+                    id,
+                    &dir,
+                    &spec.network,
+                    self.config.id_base,
+                    rootless,
+                )?),
+                None if !spec.network.is_deny_all() => {
+                    return Err(SandboxError::Unsupported(
+                        "network access needs the egress proxy, which this process did not start"
+                            .into(),
+                    ));
+                }
+                None => None,
+            };
+            let envs = match egress_dir {
+                Some(_) => egress::guest_envs(&spec.envs),
+                None => spec.envs.clone(),
+            };
             let req = InitRequest {
                 id: id.to_string(),
                 dir: dir.clone(),
@@ -218,14 +245,30 @@ impl Backend for NativeBackend {
                 guest: GuestConfig {
                     default_user: spec.default_user.clone(),
                     default_workdir: workdir.as_ref().map(|_| WORKSPACE.to_string()),
-                    envs: spec.envs.clone(),
+                    envs,
+                    egress: egress_dir
+                        .as_ref()
+                        .map(|_| crate::network::Bridge::standard()),
                 },
+                egress_dir,
                 workdir,
                 skills: spec.skills.clone(),
                 id_base: self.config.id_base,
             };
-            let (mut helper, report) = self.spawn_helper(&req).await?;
+            let forget = || {
+                if let Some(proxy) = &self.config.egress {
+                    proxy.detach(id);
+                }
+            };
+            let (mut helper, report) = match self.spawn_helper(&req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    forget();
+                    return Err(e);
+                }
+            };
             if !report.ok {
+                forget();
                 let _ = helper.child.wait().await;
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(SandboxError::Create(
@@ -233,11 +276,16 @@ impl Backend for NativeBackend {
                 ));
             }
             let (tx, rx) = watch::channel(false);
+            let proxy = self.config.egress.clone();
+            let sandbox = id.to_string();
             tokio::spawn(async move {
                 // `ended` once the sandbox's init is reaped (end of file if the helper died);
                 // the helper removes the cgroups after that and exits.
                 let mut line = String::new();
                 let _ = helper.stdout.read_line(&mut line).await;
+                if let Some(p) = proxy {
+                    p.detach(&sandbox);
+                }
                 let _ = tx.send(true);
                 let _ = helper.child.wait().await;
             });
@@ -312,6 +360,26 @@ impl Backend for NativeBackend {
             .unwrap_or(0)
     }
 
+    fn set_network(
+        &self,
+        instance: &Instance,
+        policy: &crate::network::NetworkPolicy,
+    ) -> Result<(), SandboxError> {
+        let state = Self::state(instance)?;
+        egress::set_network(
+            self.config.egress.as_ref(),
+            &instance.id,
+            &state.dir,
+            policy,
+            self.config.id_base,
+            state.rootless,
+        )
+    }
+
+    fn network_denials(&self) -> Option<tokio::sync::broadcast::Receiver<crate::network::Denial>> {
+        self.config.egress.as_ref().map(|p| p.subscribe())
+    }
+
     fn reattach(&self, id: &str, state: &serde_json::Value) -> Option<Instance> {
         let st: NativeState = serde_json::from_value(state.clone()).ok()?;
         let socket = st.dir.join("envd.sock");
@@ -320,9 +388,14 @@ impl Backend for NativeBackend {
         }
         let (tx, rx) = watch::channel(false);
         let pid = st.init_pid;
+        let proxy = self.config.egress.clone();
+        let sandbox = id.to_string();
         tokio::spawn(async move {
             while pid_alive(pid) {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            if let Some(p) = proxy {
+                p.detach(&sandbox);
             }
             let _ = tx.send(true);
         });

@@ -154,6 +154,8 @@ pub struct Plan<'a> {
     pub workspace: Option<Workspace<'a>>,
     /// Skills to bind read-only at `/skills/<name>`.
     pub skills: &'a std::collections::BTreeMap<String, PathBuf>,
+    /// Host directory with the egress proxy socket, bound read-only at `/run/cella`.
+    pub egress: Option<&'a Path>,
     /// uid/gid of the sandbox's `user` as seen inside (1000).
     pub user_id: u32,
     /// Whether uid 0 exists inside (false when rootless: only `user` is mapped).
@@ -258,6 +260,11 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
             mkdir(&target, 0o755)?;
             sys::bind(host, &target, ro | libc::MS_NOEXEC)?;
         }
+    }
+    if let Some(dir) = plan.egress {
+        let target = root.join(crate::network::GUEST_DIR.trim_start_matches('/'));
+        mkdir(&target, 0o755)?;
+        sys::bind(dir, &target, ro | libc::MS_NOEXEC)?;
     }
     if let Some(ws) = &plan.workspace {
         let target = root.join("workspace");

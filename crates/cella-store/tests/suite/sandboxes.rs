@@ -186,6 +186,23 @@ async fn states_move_until_killed(db: &TestDb) {
         .expect("backend state");
     assert_eq!(moved.backend_state, serde_json::json!({"pid": 7}));
 
+    let respecced = s
+        .set_sandbox_spec(
+            "sbx1",
+            &serde_json::json!({"network": {"allow": ["a.test"]}}),
+        )
+        .await
+        .expect("spec");
+    assert_eq!(respecced.spec["network"]["allow"][0], "a.test");
+    assert_eq!(
+        s.get_sandbox("sbx1")
+            .await
+            .expect("get")
+            .expect("some")
+            .spec,
+        respecced.spec
+    );
+
     let before = cella_store::now();
     let killed = s
         .update_sandbox_state("sbx1", SandboxState::Killed, Some("timeout"))
@@ -211,6 +228,11 @@ async fn states_move_until_killed(db: &TestDb) {
             .expect_err("killed is final");
         assert!(matches!(err, StoreError::SandboxEnded { .. }), "{err:?}");
     }
+    let err = s
+        .set_sandbox_spec("sbx1", &serde_json::json!({}))
+        .await
+        .expect_err("killed is final");
+    assert!(matches!(err, StoreError::SandboxEnded { .. }), "{err:?}");
     let err = s
         .set_sandbox_end_at("sbx1", at(1))
         .await

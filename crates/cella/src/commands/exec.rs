@@ -36,7 +36,10 @@ pub struct SandboxOptions {
     /// Size of the writable layer (root, home and /tmp together).
     #[arg(long, default_value = "1G", value_parser = spec::parse_size)]
     pub disk: u64,
-    /// Network access: `none` (only the sandbox's own loopback).
+    /// Network access through the host's egress proxy: `none`, `internet` (public addresses),
+    /// `allow:LIST` and `deny:LIST` (LIST: example.com, *.example.com, 10.0.0.0/8, 1.2.3.4),
+    /// combined with `;` (e.g. `internet;deny:*.example.com`). Private, loopback and link-local
+    /// addresses need an explicit CIDR in allow.
     #[arg(long, default_value = "none")]
     pub network: Network,
     /// Environment variable for the command, K=V (repeatable).
@@ -149,6 +152,13 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
             started.elapsed().as_secs_f64() * 1000.0
         );
     }
+    let denials = backend.network_denials().map(|mut rx| {
+        tokio::spawn(async move {
+            while let Ok(d) = rx.recv().await {
+                eprintln!("cella: network: denied {} ({})", d.destination, d.rule);
+            }
+        })
+    });
     let Transport::Unix(socket) = &instance.transport;
     let client = EnvdClient::unix(socket.clone());
     let req = StartRequest {
@@ -170,6 +180,9 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
     let result = run_process(&client, &req, user, args.timeout, Attach::Terminal).await;
     let oom = backend.oom_kills(&instance) > 0;
     let _ = backend.kill(&instance).await;
+    if let Some(task) = denials {
+        task.abort();
+    }
     let outcome = result?;
     Ok(match outcome {
         Outcome::Exited(code) => {

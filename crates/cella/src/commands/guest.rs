@@ -29,6 +29,13 @@ fn serve(listener: UnixListener, guest: GuestConfig, pid1: bool) -> std::io::Res
         if pid1 {
             forward_termination()?;
         }
+        if let Some(bridge) = &guest.egress {
+            // Bound before any process of the sandbox runs, so nothing else can take the port.
+            let tcp = std::net::TcpListener::bind(("127.0.0.1", bridge.port))?;
+            tcp.set_nonblocking(true)?;
+            let tcp = tokio::net::TcpListener::from_std(tcp)?;
+            tokio::spawn(cella_envd::egress::bridge(tcp, bridge.socket.clone()));
+        }
         listener.set_nonblocking(true)?;
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let config = EnvdConfig {

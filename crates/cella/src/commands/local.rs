@@ -3,8 +3,10 @@
 
 use anyhow::Context;
 use cella_sandbox::native::{NativeBackend, NativeConfig};
+use cella_sandbox::network::{EgressConfig, EgressProxy};
 
-/// The native backend, using this very binary as the sandbox helper.
+/// The native backend, using this very binary as the sandbox helper, with the egress proxy
+/// that enforces sandboxes' network policies.
 pub fn native_backend() -> anyhow::Result<NativeBackend> {
     native_backend_in(None)
 }
@@ -18,6 +20,10 @@ pub fn native_backend_in(data_dir: Option<&std::path::Path>) -> anyhow::Result<N
     if let Some(dir) = data_dir {
         config.data_dir = dir.to_path_buf();
     }
+    let egress = EgressConfig::from_env()
+        .map_err(anyhow::Error::msg)
+        .context("configuring the egress proxy (CELLA_EGRESS_HOSTS)")?;
+    config.egress = Some(EgressProxy::new(egress));
     NativeBackend::new(config).context("preparing the native sandbox backend")
 }
 

@@ -471,3 +471,31 @@ fn terminal_injection_is_denied() {
     );
     assert_eq!(text(&o.stdout).trim(), "EPERM", "{}", all_output(&o));
 }
+
+#[test]
+fn egress_leads_only_through_the_host_proxy() {
+    require_root!();
+    // Even a policy allowing every public address opens no direct route, and the proxy socket
+    // the sandbox reaches cannot be removed or replaced from inside.
+    for opts in [
+        &[][..],
+        &["--network", "internet"][..],
+        &["--network", "internet", "--root"][..],
+    ] {
+        let o = py(
+            opts,
+            "import socket, errno, os\n\
+             def attempt(f):\n    try:\n        f()\n        return 'OK'\n    except OSError as e:\n        return errno.errorcode.get(e.errno, str(e.errno))\n\
+             print(attempt(lambda: socket.create_connection(('1.1.1.1', 443), timeout=3)))\n\
+             print(attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('8.8.8.8', 53))))\n\
+             print(attempt(lambda: os.unlink('/run/cella/egress.sock')))\n\
+             print(attempt(lambda: socket.socket(socket.AF_UNIX).bind('/run/cella/other.sock')))\n",
+        );
+        assert_eq!(
+            text(&o.stdout).split_whitespace().collect::<Vec<_>>(),
+            vec!["ENETUNREACH", "ENETUNREACH", "EROFS", "EROFS"],
+            "{opts:?}: {}",
+            all_output(&o)
+        );
+    }
+}

@@ -103,7 +103,7 @@ fn bad_flags_get_clear_errors() {
         ),
         (
             &["exec", "--network", "everywhere", "--", "true"][..],
-            "unknown network mode",
+            "unknown network setting \"everywhere\"",
         ),
         (
             &["exec", "--workdir", "/nonexistent/dir", "--", "true"][..],

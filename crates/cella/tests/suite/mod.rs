@@ -4,6 +4,7 @@ mod escape;
 mod exec;
 mod jobs;
 mod manager;
+mod network;
 mod run;
 mod sandbox_cli;
 mod skills;
