@@ -2,10 +2,9 @@
 //! job's stored events (SQLite FTS5 / Postgres tsvector), scoped to the job and its tenant, and
 //! the lookup of one tool call by its id.
 //!
-//! This is the storage side of the context manager's recall; cella-agent owns the tool and the
-//! `Recall` trait it calls. Until that trait is on main, this type is the seam: the adapter is
-//! `search` → hits and `entry` → the history entry, both already in the trait's terms (a tool
-//! call id, its step, a one-line label, the text).
+//! This is the storage side of the context manager's recall: cella-agent owns the tool and the
+//! `Recall` trait it calls; `JobHistory` implements it over the store (stored events are
+//! indexed already, so `remember` is the trait's no-op).
 
 use cella_store::{JobEvent, MAX_EVENT_LIMIT, Store, StoreError};
 use serde_json::Value;
@@ -119,6 +118,74 @@ impl JobHistory {
     }
 }
 
+/// Lines of an entry shown in a search hit (the agent fetches the rest with `recall {"id"}`).
+const EXCERPT_LINES: usize = 40;
+/// Characters of an entry shown in a search hit.
+const EXCERPT_CHARS: usize = 4000;
+
+fn excerpt(text: &str) -> String {
+    let mut out: String = text
+        .lines()
+        .take(EXCERPT_LINES)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if out.len() > EXCERPT_CHARS {
+        let mut end = EXCERPT_CHARS;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
+}
+
+impl cella_agent::Recall for JobHistory {
+    fn search<'a>(
+        &'a self,
+        query: &'a str,
+        limit: usize,
+    ) -> cella_llm::BoxFuture<'a, Result<Vec<cella_agent::Hit>, cella_agent::RecallError>> {
+        Box::pin(async move {
+            let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+            let items = JobHistory::search(self, query, limit)
+                .await
+                .map_err(|e| cella_agent::RecallError(e.to_string()))?;
+            let n = items.len();
+            Ok(items
+                .into_iter()
+                .enumerate()
+                .map(|(rank, it)| cella_agent::Hit {
+                    source: cella_agent::HitSource::History,
+                    excerpt: excerpt(&it.text),
+                    id: it.id,
+                    label: it.label,
+                    // The store ranks them; keep its order.
+                    score: (n - rank) as f64,
+                })
+                .collect())
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> cella_llm::BoxFuture<'a, Result<Option<cella_agent::HistoryEntry>, cella_agent::RecallError>>
+    {
+        Box::pin(async move {
+            Ok(self
+                .entry(id)
+                .await
+                .map_err(|e| cella_agent::RecallError(e.to_string()))?
+                .map(|it| cella_agent::HistoryEntry {
+                    id: it.id,
+                    step: it.step,
+                    label: it.label,
+                    text: it.text,
+                }))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +242,18 @@ mod tests {
             "{entry:?}"
         );
         assert_eq!(history.entry("call_8").await.expect("entry"), None);
+        // The same through the agent's `Recall` trait (what the `recall` tool calls).
+        let recall: &dyn cella_agent::Recall = &history;
+        let hits = recall.search("keyerror dates", 5).await.expect("search");
+        assert_eq!(hits.len(), 1);
+        assert_eq!(
+            (hits[0].source, hits[0].id.as_str()),
+            (cella_agent::HitSource::History, "call_7")
+        );
+        assert!(hits[0].excerpt.contains("KeyError"));
+        let got = recall.get("call_7").await.expect("get").expect("found");
+        assert_eq!((got.id.as_str(), got.step), ("call_7", 2));
+        assert!(got.text.contains("pytest") && got.text.contains("KeyError"));
         let foreign = JobHistory::new(store, &other.id, "job_1");
         assert!(
             foreign

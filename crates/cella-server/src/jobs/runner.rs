@@ -407,9 +407,11 @@ async fn run_in_sandbox(
         ..AgentOptions::default()
     };
     let session = SandboxSession::new(envd).with_workdir(WORKSPACE);
-    // Seam for the context manager's `recall` tool (cella-agent): hand it
-    // `super::recall::JobHistory::new(state.store.clone(), &job.tenant_id, &job.id)`.
-    let agent = Agent::new(model, session, options).with_skills(skills);
+    // `recall` searches the job's stored history (full text, tenant- and job-scoped).
+    let history = super::recall::JobHistory::new(state.store.clone(), &job.tenant_id, &job.id);
+    let agent = Agent::new(model, session, options)
+        .with_skills(skills)
+        .with_recall(std::sync::Arc::new(history));
 
     let supervisor = supervise(state, job, control, timeout, clock, last_event.clone());
     let report = agent.run(&job.task, sink, &control.cancel).await;
