@@ -12,6 +12,7 @@ pub mod manager;
 pub mod native;
 pub mod pool;
 pub mod spec;
+pub mod template;
 
 pub use backend::{Backend, Instance, SandboxError, Transport, Usage};
 pub use client::{ClientError, Dial, EnvdClient, GatewayRoute, ProcessStream, send_http1};
