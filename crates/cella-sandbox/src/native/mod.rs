@@ -21,6 +21,8 @@ use crate::spec::{SandboxSpec, WORKSPACE};
 use cgroup::CgroupPaths;
 use init::{GuestConfig, InitReport, InitRequest};
 
+use crate::template::{Catalog, CatalogError, Resolved};
+
 /// Hidden subcommand of the `cella` binary that runs [`init::run_helper`].
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-init";
 
@@ -85,6 +87,7 @@ pub struct NativeState {
 pub struct NativeBackend {
     config: NativeConfig,
     etc: PathBuf,
+    catalog: Catalog,
 }
 
 impl NativeBackend {
@@ -99,11 +102,28 @@ impl NativeBackend {
             what: format!("creating {}", config.run_dir.display()),
             source,
         })?;
-        Ok(NativeBackend { config, etc })
+        let catalog = Catalog::new(&config.data_dir, config.id_base);
+        Ok(NativeBackend {
+            config,
+            etc,
+            catalog,
+        })
     }
 
     pub fn config(&self) -> &NativeConfig {
         &self.config
+    }
+
+    /// The templates of this backend's data directory.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn resolve_template(&self, name: &str) -> Result<Resolved, SandboxError> {
+        self.catalog.resolve(name).map_err(|e| match e {
+            CatalogError::Unknown { name, known } => SandboxError::UnknownTemplate { name, known },
+            other => SandboxError::TemplateUnavailable(other.to_string()),
+        })
     }
 
     fn state(instance: &Instance) -> Result<NativeState, SandboxError> {
@@ -178,7 +198,11 @@ impl Backend for NativeBackend {
     }
 
     fn templates(&self) -> Vec<String> {
-        vec!["base".to_string()]
+        self.catalog.names()
+    }
+
+    fn template_limits(&self, name: &str) -> Result<crate::spec::Limits, SandboxError> {
+        self.resolve_template(name).map(|t| t.template.limits)
     }
 
     fn create<'a>(
@@ -187,12 +211,7 @@ impl Backend for NativeBackend {
         spec: &'a SandboxSpec,
     ) -> BoxFuture<'a, Result<Instance, SandboxError>> {
         Box::pin(async move {
-            if spec.template != "base" {
-                return Err(SandboxError::UnknownTemplate {
-                    name: spec.template.clone(),
-                    known: self.templates().join(", "),
-                });
-            }
+            let template = self.resolve_template(&spec.template)?;
             let workdir = match &spec.workdir {
                 Some(w) => Some(std::fs::canonicalize(w).map_err(|source| SandboxError::Io {
                     what: format!("work directory {}", w.display()),
@@ -210,15 +229,22 @@ impl Backend for NativeBackend {
                 }
             }
             let dir = self.config.run_dir.join(id);
+            // The request's variables win over the template's.
+            let mut envs = template.template.env.clone();
+            envs.extend(spec.envs.clone());
             let req = InitRequest {
                 id: id.to_string(),
                 dir: dir.clone(),
                 etc: self.etc.clone(),
+                template_root: template.root.clone(),
                 limits: spec.limits.clone(),
                 guest: GuestConfig {
                     default_user: spec.default_user.clone(),
-                    default_workdir: workdir.as_ref().map(|_| WORKSPACE.to_string()),
-                    envs: spec.envs.clone(),
+                    default_workdir: match &workdir {
+                        Some(_) => Some(WORKSPACE.to_string()),
+                        None => template.template.workdir.clone(),
+                    },
+                    envs,
                 },
                 workdir,
                 skills: spec.skills.clone(),

@@ -10,3 +10,4 @@ pub mod sandbox;
 pub mod serve;
 pub mod shell;
 pub mod skills;
+pub mod template;
