@@ -204,7 +204,6 @@ fn debootstrap(recipe: &Recipe, rootfs: &Path, log: &File) -> Result<(), String>
     cmd.arg("--mode=root")
         .arg(format!("--variant={}", recipe.variant))
         .arg(format!("--components={}", recipe.components.join(",")))
-        .arg("--aptopt=APT::Install-Recommends \"false\"")
         .arg("--dpkgopt=path-exclude=/usr/share/doc/*")
         .arg("--dpkgopt=path-include=/usr/share/doc/*/copyright")
         .arg("--dpkgopt=path-exclude=/usr/share/man/*")
