@@ -267,6 +267,12 @@ impl Backend for NativeBackend {
                 let _ = tx.send(true);
                 let _ = helper.child.wait().await;
             });
+            let mut warnings = report.warnings;
+            if let Some(start) = &template.template.start
+                && let Err(e) = start_command(&report.socket, start).await
+            {
+                warnings.push(format!("the template's start command failed to start: {e}"));
+            }
             let state = NativeState {
                 helper_pid: -1,
                 init_pid: report.pid,
@@ -278,7 +284,7 @@ impl Backend for NativeBackend {
                 id: id.to_string(),
                 transport: Transport::Unix(report.socket),
                 state: serde_json::to_value(&state).unwrap_or_default(),
-                warnings: report.warnings,
+                warnings,
                 ended: rx,
             })
         })
@@ -360,6 +366,24 @@ impl Backend for NativeBackend {
             ended: rx,
         })
     }
+}
+
+/// Starts a template's start command in the background through envd (as E2B does), tagged
+/// `start` so it can be found with the process list; it keeps running when this returns.
+async fn start_command(socket: &Path, command: &str) -> Result<(), crate::ClientError> {
+    let client = crate::EnvdClient::unix(socket.to_path_buf());
+    let req = cella_proto::process::StartRequest {
+        process: Some(cella_proto::process::ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), command.to_string()],
+            envs: Default::default(),
+            cwd: None,
+        }),
+        pty: None,
+        tag: Some("start".into()),
+        stdin: Some(false),
+    };
+    client.start(&req, None).await.map(drop)
 }
 
 fn pid_alive(pid: i32) -> bool {

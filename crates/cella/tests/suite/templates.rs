@@ -15,6 +15,7 @@ use super::support::{all_output, cella, text};
 use crate::require_root;
 
 const TINY: &str = r#"description = "bookworm essential + hello (test)"
+start = "echo started-$GREETING > /tmp/started; exec sleep 1000"
 
 [debian]
 suite = "bookworm"
@@ -224,11 +225,14 @@ fn tiny_template_builds_once_and_runs_on_a_private_overlay_needs_root() {
     let o = exec_in(
         data.path(),
         "tiny",
-        "test -e /etc/sandbox-a && echo leaked; hello; echo x > /home/user/f; stat -c %U /home/user",
+        "test -e /etc/sandbox-a && echo leaked; hello; echo x > /home/user/f; stat -c %U /home/user; \
+         for i in $(seq 50); do test -e /tmp/started && break; sleep 0.1; done; cat /tmp/started; \
+         for p in /proc/[0-9]*; do [ \"$(tr '\\0' ' ' < $p/cmdline)\" = 'sleep 1000 ' ] && echo alive; done",
     );
+    // The template's start command ran in the background (with the template's env) and lives on.
     assert_eq!(
         text(&o.stdout),
-        "Hello, world!\nuser\n",
+        "Hello, world!\nuser\nstarted-from-the-template\nalive\n",
         "{}",
         all_output(&o)
     );
