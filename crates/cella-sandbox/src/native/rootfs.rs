@@ -147,13 +147,29 @@ pub enum Workspace<'a> {
     Bind(&'a Path),
 }
 
+/// Creates `p` with `mode`. A directory that already has the mode is left alone: on a
+/// template's overlay, changing it would copy it up for nothing.
 fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = p.metadata()
+        && meta.is_dir()
+        && meta.mode() & 0o7777 == mode
+    {
+        return Ok(());
+    }
     std::fs::create_dir_all(p)
         .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))?;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = p.symlink_metadata()
+        && meta.uid() == uid
+        && meta.gid() == gid
+    {
+        return Ok(());
+    }
     std::os::unix::fs::chown(p, Some(uid), Some(gid))
         .map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
 }
