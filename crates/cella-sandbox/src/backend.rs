@@ -8,7 +8,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::spec::SandboxSpec;
+use crate::spec::{Limits, SandboxSpec};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -19,6 +19,9 @@ pub enum SandboxError {
     NotFound(String),
     #[error("unknown template {name:?}: known templates are {known}")]
     UnknownTemplate { name: String, known: String },
+    /// A known template that cannot be used yet (not built, or its manifest is invalid).
+    #[error("{0}")]
+    TemplateUnavailable(String),
     #[error("creating the sandbox failed: {0}")]
     Create(String),
     #[error("{0}")]
@@ -81,7 +84,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Finds a sandbox again from its recorded state (after the host process restarted);
     /// `None` when it no longer exists.
     fn reattach(&self, id: &str, state: &serde_json::Value) -> Option<Instance>;
-    /// Template names this backend can create.
+    /// Template names this backend knows (built or not).
     fn templates(&self) -> Vec<String>;
     /// Applies an egress policy to a running (or just re-adopted) sandbox; connections opened
     /// from now on follow it.
@@ -99,5 +102,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Every refused egress connection of this backend's sandboxes, as it happens.
     fn network_denials(&self) -> Option<tokio::sync::broadcast::Receiver<crate::network::Denial>> {
         None
+    }
+
+    /// The default resources of a template (`None` fields: the template sets none); an unknown
+    /// template is an error naming the known ones.
+    fn template_limits(&self, name: &str) -> Result<Limits, SandboxError> {
+        if self.templates().iter().any(|t| t == name) {
+            Ok(Limits::default())
+        } else {
+            Err(SandboxError::UnknownTemplate {
+                name: name.to_string(),
+                known: self.templates().join(", "),
+            })
+        }
     }
 }

@@ -14,6 +14,7 @@ pub mod native;
 pub mod network;
 pub mod pool;
 pub mod spec;
+pub mod template;
 
 pub use backend::{Backend, Instance, SandboxError, Transport, Usage};
 pub use client::{ClientError, Dial, EnvdClient, GatewayRoute, ProcessStream, send_http1};

@@ -58,7 +58,7 @@ impl From<cella_sandbox::SandboxError> for ApiError {
         use cella_sandbox::SandboxError as E;
         let status = match &e {
             E::NotFound(_) => StatusCode::NOT_FOUND,
-            E::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
+            E::UnknownTemplate { .. } | E::TemplateUnavailable(_) => StatusCode::BAD_REQUEST,
             E::Paused(_) | E::NotPaused(_) => StatusCode::CONFLICT,
             E::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
             E::Create(_) | E::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,

@@ -130,7 +130,9 @@ impl Server {
                     known.join(", ")
                 )));
             }
-            pools.push((lifecycle::template_spec(template), *size));
+            let spec = lifecycle::template_spec(manager.backend().as_ref(), template)
+                .map_err(|e| ServeError::Config(format!("warm pool: {e}")))?;
+            pools.push((spec, *size));
         }
         let swept = manager
             .start_pools(

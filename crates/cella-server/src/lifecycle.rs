@@ -35,25 +35,20 @@ fn to_utc(t: SystemTime) -> DateTime<Utc> {
     cella_store::truncate_to_millis(DateTime::<Utc>::from(t))
 }
 
-/// Template names the SDKs use for what cella calls `base`.
-fn resolve_template(state: &AppState, requested: &str) -> Result<String, ApiError> {
-    let known = state.manager.backend().templates();
-    if known.iter().any(|t| t == requested) {
-        return Ok(requested.to_string());
-    }
-    Err(ApiError::bad_request(format!(
-        "unknown template {requested:?}: known templates are {}",
-        known.join(", ")
-    )))
-}
-
-/// What a sandbox of `template` is built from before a request adds its own settings; warm
-/// pools are filled from this, so a plain create matches them.
-pub fn template_spec(template: &str) -> SandboxSpec {
-    SandboxSpec {
+/// What a sandbox of `template` is built from before a request adds its own settings: the
+/// template's default resources over the standard ones (E2B's create carries none). Warm pools
+/// are filled from this, so a plain create matches them. An unknown or unbuilt template is an
+/// error naming the known ones (a 400).
+pub fn template_spec(
+    backend: &dyn cella_sandbox::Backend,
+    template: &str,
+) -> Result<SandboxSpec, cella_sandbox::SandboxError> {
+    let limits = backend.template_limits(template)?;
+    Ok(SandboxSpec {
         template: template.to_string(),
+        limits: cella_sandbox::template::effective_limits(&Default::default(), &limits),
         ..SandboxSpec::default()
-    }
+    })
 }
 
 pub(crate) async fn log(state: &AppState, id: &str, level: cella_store::LogLevel, message: String) {
@@ -143,7 +138,8 @@ pub async fn create(
     caller: &Caller,
     req: CreateRequest,
 ) -> Result<SandboxRecord, ApiError> {
-    let template = resolve_template(state, &req.template)?;
+    let template = req.template;
+    let base_spec = template_spec(state.manager.backend().as_ref(), &template)?;
     let running = state
         .store
         .count_running_sandboxes(&caller.tenant.id)
@@ -171,7 +167,7 @@ pub async fn create(
         workdir: req.workdir,
         skills: req.skills,
         network: req.network,
-        ..template_spec(&template)
+        ..base_spec
     };
     let started = Instant::now();
     let sb = match state.manager.create(spec.clone()).await {

@@ -47,6 +47,9 @@ enum Command {
     /// Validate, inspect, render, scaffold, package and install Agent Skills.
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
+    /// Build and list templates (root filesystems for sandboxes).
+    #[command(subcommand)]
+    Template(commands::template::TemplateCommand),
     /// Run the sandbox agent (envd) on a Unix socket, outside any sandbox (for debugging).
     #[command(hide = true)]
     Envd(commands::guest::EnvdArgs),
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Skills(cmd) => commands::skills::run(cmd),
+        Command::Template(cmd) => commands::template::run(cmd),
         Command::Envd(args) => commands::guest::run_standalone(args),
         Command::SandboxInit => Ok(ExitCode::from(2)),
     };

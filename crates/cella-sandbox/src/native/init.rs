@@ -60,6 +60,9 @@ pub struct InitRequest {
     pub dir: PathBuf,
     /// The template's prepared, read-only `/etc`.
     pub etc: PathBuf,
+    /// A built template's root, the shared read-only lower layer of the sandbox's overlay.
+    #[serde(default)]
+    pub template_root: Option<PathBuf>,
     pub limits: Limits,
     pub workdir: Option<PathBuf>,
     #[serde(default)]
@@ -409,6 +412,7 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
         root: &root,
         disk_bytes: ctx.req.limits.disk_bytes,
         etc: &ctx.req.etc,
+        template_root: ctx.req.template_root.as_deref(),
         workspace,
         skills: &ctx.req.skills,
         egress: ctx.req.egress_dir.as_deref(),
@@ -439,7 +443,13 @@ fn child_setup(ctx: &ChildContext<'_>, go: OwnedFd) -> Result<Vec<String>, Strin
     sys::close_fds_except(&[ctx.listener.as_raw_fd(), ctx.ready.as_raw_fd()]);
     let _ = sys::set_rlimit(libc::RLIMIT_CORE, 0, 0);
 
-    match landlock::restrict() {
+    // On a template's overlay the whole system tree is the sandbox's own copy-on-write layer.
+    let extra_writable: &[&str] = if ctx.req.template_root.is_some() {
+        landlock::OVERLAY_WRITABLE
+    } else {
+        &[]
+    };
+    match landlock::restrict(extra_writable) {
         Ok(landlock::Enforcement::Full) => {}
         Ok(landlock::Enforcement::Partial) => {
             warnings.push("landlock only partially enforced by this kernel".into())

@@ -21,6 +21,10 @@ pub const WRITABLE: &[&str] = &[
     "/mnt",
 ];
 
+/// Also writable when the root is a template's overlay (writes land in the sandbox's own
+/// upper layer, never in the shared template).
+pub const OVERLAY_WRITABLE: &[&str] = &["/etc", "/usr", "/var", "/srv"];
+
 /// How much of the policy the kernel enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enforcement {
@@ -30,10 +34,11 @@ pub enum Enforcement {
 }
 
 /// Restricts the calling thread (and its future children). Call after `pivot_root`.
-pub fn restrict() -> Result<Enforcement, String> {
+pub fn restrict(extra_writable: &[&str]) -> Result<Enforcement, String> {
     let abi = ABI::V6;
     let writable: Vec<&str> = WRITABLE
         .iter()
+        .chain(extra_writable)
         .copied()
         .filter(|p| std::path::Path::new(p).exists())
         .collect();

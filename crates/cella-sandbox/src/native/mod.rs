@@ -22,6 +22,8 @@ use crate::spec::{SandboxSpec, WORKSPACE};
 use cgroup::CgroupPaths;
 use init::{GuestConfig, InitReport, InitRequest};
 
+use crate::template::{Catalog, CatalogError, Resolved};
+
 /// Hidden subcommand of the `cella` binary that runs [`init::run_helper`].
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-init";
 
@@ -90,6 +92,7 @@ pub struct NativeState {
 pub struct NativeBackend {
     config: NativeConfig,
     etc: PathBuf,
+    catalog: Catalog,
 }
 
 impl NativeBackend {
@@ -104,11 +107,28 @@ impl NativeBackend {
             what: format!("creating {}", config.run_dir.display()),
             source,
         })?;
-        Ok(NativeBackend { config, etc })
+        let catalog = Catalog::new(&config.data_dir, config.id_base);
+        Ok(NativeBackend {
+            config,
+            etc,
+            catalog,
+        })
     }
 
     pub fn config(&self) -> &NativeConfig {
         &self.config
+    }
+
+    /// The templates of this backend's data directory.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn resolve_template(&self, name: &str) -> Result<Resolved, SandboxError> {
+        self.catalog.resolve(name).map_err(|e| match e {
+            CatalogError::Unknown { name, known } => SandboxError::UnknownTemplate { name, known },
+            other => SandboxError::TemplateUnavailable(other.to_string()),
+        })
     }
 
     fn state(instance: &Instance) -> Result<NativeState, SandboxError> {
@@ -183,7 +203,11 @@ impl Backend for NativeBackend {
     }
 
     fn templates(&self) -> Vec<String> {
-        vec!["base".to_string()]
+        self.catalog.names()
+    }
+
+    fn template_limits(&self, name: &str) -> Result<crate::spec::Limits, SandboxError> {
+        self.resolve_template(name).map(|t| t.template.limits)
     }
 
     fn create<'a>(
@@ -192,12 +216,7 @@ impl Backend for NativeBackend {
         spec: &'a SandboxSpec,
     ) -> BoxFuture<'a, Result<Instance, SandboxError>> {
         Box::pin(async move {
-            if spec.template != "base" {
-                return Err(SandboxError::UnknownTemplate {
-                    name: spec.template.clone(),
-                    known: self.templates().join(", "),
-                });
-            }
+            let template = self.resolve_template(&spec.template)?;
             let workdir = match &spec.workdir {
                 Some(w) => Some(std::fs::canonicalize(w).map_err(|source| SandboxError::Io {
                     what: format!("work directory {}", w.display()),
@@ -233,18 +252,25 @@ impl Backend for NativeBackend {
                 }
                 None => None,
             };
+            // The request's variables win over the template's.
+            let mut envs = template.template.env.clone();
+            envs.extend(spec.envs.clone());
             let envs = match egress_dir {
-                Some(_) => egress::guest_envs(&spec.envs),
-                None => spec.envs.clone(),
+                Some(_) => egress::guest_envs(&envs),
+                None => envs,
             };
             let req = InitRequest {
                 id: id.to_string(),
                 dir: dir.clone(),
                 etc: self.etc.clone(),
+                template_root: template.root.clone(),
                 limits: spec.limits.clone(),
                 guest: GuestConfig {
                     default_user: spec.default_user.clone(),
-                    default_workdir: workdir.as_ref().map(|_| WORKSPACE.to_string()),
+                    default_workdir: match &workdir {
+                        Some(_) => Some(WORKSPACE.to_string()),
+                        None => template.template.workdir.clone(),
+                    },
                     envs,
                     egress: egress_dir
                         .as_ref()
@@ -289,6 +315,12 @@ impl Backend for NativeBackend {
                 let _ = tx.send(true);
                 let _ = helper.child.wait().await;
             });
+            let mut warnings = report.warnings;
+            if let Some(start) = &template.template.start
+                && let Err(e) = start_command(&report.socket, start).await
+            {
+                warnings.push(format!("the template's start command failed to start: {e}"));
+            }
             let state = NativeState {
                 helper_pid: -1,
                 init_pid: report.pid,
@@ -300,7 +332,7 @@ impl Backend for NativeBackend {
                 id: id.to_string(),
                 transport: Transport::Unix(report.socket),
                 state: serde_json::to_value(&state).unwrap_or_default(),
-                warnings: report.warnings,
+                warnings,
                 ended: rx,
             })
         })
@@ -407,6 +439,24 @@ impl Backend for NativeBackend {
             ended: rx,
         })
     }
+}
+
+/// Starts a template's start command in the background through envd (as E2B does), tagged
+/// `start` so it can be found with the process list; it keeps running when this returns.
+async fn start_command(socket: &Path, command: &str) -> Result<(), crate::ClientError> {
+    let client = crate::EnvdClient::unix(socket.to_path_buf());
+    let req = cella_proto::process::StartRequest {
+        process: Some(cella_proto::process::ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), command.to_string()],
+            envs: Default::default(),
+            cwd: None,
+        }),
+        pty: None,
+        tag: Some("start".into()),
+        stdin: Some(false),
+    };
+    client.start(&req, None).await.map(drop)
 }
 
 fn pid_alive(pid: i32) -> bool {

@@ -1,6 +1,8 @@
-//! The sandbox's root filesystem for the `base` template: a size-limited tmpfs as the writable
-//! layer, the host's `/usr` bound read-only, a curated `/etc` prepared once on the host and bound
-//! read-only, a fresh `/proc`, a read-only `/sys`, and a minimal `/dev`.
+//! The sandbox's root filesystem. For the `base` template: a size-limited tmpfs as the writable
+//! layer, the host's `/usr` bound read-only and a curated `/etc` prepared once on the host and
+//! bound read-only. For a built template: its root (shared by every sandbox of the template,
+//! never written) as the lower layer of an overlayfs whose upper layer lives on the same
+//! size-limited tmpfs. Then, for both: a fresh `/proc`, a read-only `/sys`, and a minimal `/dev`.
 //!
 //! Runs inside the sandbox's new user and mount namespaces, before `pivot_root`.
 
@@ -150,6 +152,9 @@ pub struct Plan<'a> {
     pub root: &'a Path,
     pub disk_bytes: Option<u64>,
     pub etc: &'a Path,
+    /// A built template's root filesystem: the read-only lower layer of an overlay (`etc` is
+    /// then unused: the template has its own).
+    pub template_root: Option<&'a Path>,
     /// An idmapped detached mount of the host work directory, or its path for a plain bind.
     pub workspace: Option<Workspace<'a>>,
     /// Skills to bind read-only at `/skills/<name>`.
@@ -167,13 +172,29 @@ pub enum Workspace<'a> {
     Bind(&'a Path),
 }
 
+/// Creates `p` with `mode`. A directory that already has the mode is left alone: on a
+/// template's overlay, changing it would copy it up for nothing.
 fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = p.metadata()
+        && meta.is_dir()
+        && meta.mode() & 0o7777 == mode
+    {
+        return Ok(());
+    }
     std::fs::create_dir_all(p)
         .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))?;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = p.symlink_metadata()
+        && meta.uid() == uid
+        && meta.gid() == gid
+    {
+        return Ok(());
+    }
     std::os::unix::fs::chown(p, Some(uid), Some(gid))
         .map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
 }
@@ -194,6 +215,9 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
         nosuid_nodev,
         Some(&format!("mode=0755{size}")),
     )?;
+    if let Some(lower) = plan.template_root {
+        mount_overlay(root, lower)?;
+    }
 
     for (dir, mode) in [
         ("usr", 0o755),
@@ -215,16 +239,17 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
     mkdir(&home, 0o750)?;
     chown(&home, plan.user_id, plan.user_id)?;
     mkdir(&root.join("home"), 0o755)?;
-    // Mirror the host's merged-/usr links (bin -> usr/bin, ...).
-    for link in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-        if let Ok(target) = std::fs::read_link(Path::new("/").join(link)) {
-            symlink(target, root.join(link))?;
-        }
-    }
-
     let ro = libc::MS_RDONLY | nosuid_nodev;
-    sys::bind(Path::new("/usr"), &root.join("usr"), ro)?;
-    sys::bind(plan.etc, &root.join("etc"), ro | libc::MS_NOEXEC)?;
+    if plan.template_root.is_none() {
+        // Mirror the host's merged-/usr links (bin -> usr/bin, ...).
+        for link in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            if let Ok(target) = std::fs::read_link(Path::new("/").join(link)) {
+                symlink(target, root.join(link))?;
+            }
+        }
+        sys::bind(Path::new("/usr"), &root.join("usr"), ro)?;
+        sys::bind(plan.etc, &root.join("etc"), ro | libc::MS_NOEXEC)?;
+    }
 
     build_dev(root, plan)?;
     sys::mount(
@@ -275,6 +300,45 @@ pub fn build(plan: &Plan<'_>) -> io::Result<Vec<String>> {
         }
     }
     Ok(warnings)
+}
+
+/// Stacks an overlay on `root` (already the sandbox's tmpfs): `lower` read-only below, upper
+/// and work directories on the tmpfs, so every write lands in the size-limited tmpfs and the
+/// template's root is never changed. The upper paths are resolved before the overlay covers
+/// them.
+fn mount_overlay(root: &Path, lower: &Path) -> io::Result<()> {
+    let upper = root.join(".upper");
+    let work = root.join(".work");
+    mkdir(&upper, 0o755)?;
+    mkdir(&work, 0o700)?;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        overlay_path(lower)?,
+        overlay_path(&upper)?,
+        overlay_path(&work)?
+    );
+    sys::mount(
+        Some("overlay"),
+        root,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )
+}
+
+/// A path as overlayfs options accept it (`,` `:` and `\` would be read as separators).
+fn overlay_path(p: &Path) -> io::Result<&str> {
+    p.to_str()
+        .filter(|s| !s.contains([',', ':', '\\']))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} cannot be an overlay layer (non-UTF-8, or contains , : or \\)",
+                    p.display()
+                ),
+            )
+        })
 }
 
 fn build_dev(root: &Path, plan: &Plan<'_>) -> io::Result<()> {

@@ -21,21 +21,22 @@ use cella_sandbox::{ClientError, EnvdClient, Transport};
 /// Resource and isolation options shared by the commands that create local sandboxes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxOptions {
-    /// Template the sandbox's root filesystem comes from.
+    /// Template the sandbox's root filesystem comes from (`cella template ls` lists them).
     #[arg(long, default_value = "base")]
     pub template: String,
-    /// Memory limit (e.g. 512M, 2G).
-    #[arg(long, default_value = "512M", value_parser = spec::parse_size)]
-    pub memory: u64,
-    /// CPU limit in cores (e.g. 1, 0.5, 2).
-    #[arg(long, default_value_t = 1.0)]
-    pub cpus: f64,
-    /// Maximum number of processes and threads.
-    #[arg(long, default_value_t = 256)]
-    pub pids: u32,
-    /// Size of the writable layer (root, home and /tmp together).
-    #[arg(long, default_value = "1G", value_parser = spec::parse_size)]
-    pub disk: u64,
+    /// Memory limit (e.g. 512M, 2G) [default: the template's, else 512M].
+    #[arg(long, value_parser = spec::parse_size)]
+    pub memory: Option<u64>,
+    /// CPU limit in cores (e.g. 1, 0.5, 2) [default: the template's, else 1].
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Maximum number of processes and threads [default: the template's, else 256].
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// Size of the writable layer (root, home and /tmp together) [default: the template's,
+    /// else 1G].
+    #[arg(long, value_parser = spec::parse_size)]
+    pub disk: Option<u64>,
     /// Network access through the host's egress proxy: `none`, `internet` (public addresses),
     /// `allow:LIST` and `deny:LIST` (LIST: example.com, *.example.com, 10.0.0.0/8, 1.2.3.4),
     /// combined with `;` (e.g. `internet;deny:*.example.com`). Private, loopback and link-local
@@ -55,13 +56,12 @@ pub struct SandboxOptions {
 
 impl SandboxOptions {
     pub fn spec(&self) -> anyhow::Result<SandboxSpec> {
-        if !(self.cpus > 0.0 && self.cpus <= 1024.0) {
-            bail!(
-                "--cpus must be a positive number of cores, got {}",
-                self.cpus
-            );
+        if let Some(cpus) = self.cpus
+            && !(cpus > 0.0 && cpus <= 1024.0)
+        {
+            bail!("--cpus must be a positive number of cores, got {cpus}");
         }
-        if self.pids == 0 {
+        if self.pids == Some(0) {
             bail!("--pids must be at least 1");
         }
         if let Some(w) = &self.workdir
@@ -71,12 +71,15 @@ impl SandboxOptions {
         }
         Ok(SandboxSpec {
             template: self.template.clone(),
-            limits: Limits {
-                memory_bytes: Some(self.memory),
-                cpus: Some(self.cpus),
-                pids: Some(self.pids),
-                disk_bytes: Some(self.disk),
-            },
+            limits: cella_sandbox::template::effective_limits(
+                &Limits {
+                    memory_bytes: self.memory,
+                    cpus: self.cpus,
+                    pids: self.pids,
+                    disk_bytes: self.disk,
+                },
+                &super::template::default_limits(&self.template)?,
+            ),
             network: self.network.clone(),
             envs: BTreeMap::new(),
             workdir: self.workdir.clone(),

@@ -11,3 +11,4 @@ pub mod sandbox;
 pub mod serve;
 pub mod shell;
 pub mod skills;
+pub mod template;

@@ -10,3 +10,4 @@ mod sandbox_cli;
 mod skills;
 mod skills_registry;
 mod support;
+mod templates;
