@@ -209,7 +209,7 @@ pub enum ConfigError {
     UnknownProvider { name: String, known: String },
 
     #[error(
-        "no api key for {provider}: set {var} (or CELLA_API_KEY, or `api_key` in [model] of \
+        "no api key for {provider}: set {var} (or CELLA_MODEL_API_KEY, or `api_key` in [model] of \
          cella.toml)"
     )]
     NoApiKey {
@@ -315,14 +315,14 @@ impl ModelSettings {
         Self::from_toml_str(&text, &path.display().to_string())
     }
 
-    /// The environment layer: `CELLA_MODEL`, `CELLA_BASE_URL`, `CELLA_API_KEY`. Provider keys
+    /// The environment layer: `CELLA_MODEL`, `CELLA_BASE_URL`, `CELLA_MODEL_API_KEY`. Provider keys
     /// (`OPENAI_API_KEY`, …) and `OLLAMA_HOST` depend on the resolved provider and are read by
     /// [`ModelConfig::resolve`]. Empty values count as unset.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
         Self {
             model: non_empty(env, "CELLA_MODEL"),
             base_url: non_empty(env, "CELLA_BASE_URL"),
-            api_key: non_empty(env, "CELLA_API_KEY").map(ApiKey),
+            api_key: non_empty(env, "CELLA_MODEL_API_KEY").map(ApiKey),
             ..Self::default()
         }
     }

@@ -99,6 +99,15 @@ pub async fn create(
     create_from(state, caller, body(payload)?).await
 }
 
+/// E2B's names for templates cella ships under its own: the code-interpreter SDK creates
+/// `code-interpreter-v1` by default.
+fn template_alias(name: &str) -> &str {
+    match name {
+        "code-interpreter-v1" => "code-interpreter",
+        other => other,
+    }
+}
+
 async fn create_from(
     State(state): State<AppState>,
     caller: Caller,
@@ -107,6 +116,7 @@ async fn create_from(
     let template = req
         .template_id
         .filter(|t| !t.trim().is_empty())
+        .map(|t| template_alias(&t).to_string())
         .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
     let timeout = timeout_secs(&state, req.timeout)?;
     let network =

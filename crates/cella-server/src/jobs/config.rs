@@ -1,6 +1,6 @@
 //! How this node runs jobs: its name, concurrency, timeouts, the watchdog, retries and the
 //! artifacts cap. The model comes from the server's environment (`CELLA_MODEL`,
-//! `CELLA_BASE_URL`, `CELLA_API_KEY`, provider keys) and `<data-dir>/cella.toml`, resolved per
+//! `CELLA_BASE_URL`, `CELLA_MODEL_API_KEY`, provider keys) and `<data-dir>/cella.toml`, resolved per
 //! job by cella-llm.
 
 use std::time::Duration;

@@ -61,7 +61,7 @@ impl Harness {
             .env("HOME", self.dir.path())
             .env_remove("CELLA_MODEL")
             .env_remove("CELLA_BASE_URL")
-            .env_remove("CELLA_API_KEY")
+            .env_remove("CELLA_MODEL_API_KEY")
             .env_remove("CELLA_SKILLS_PATH")
             .env("ANTHROPIC_API_KEY", "test-key")
             .stdout(Stdio::piped())

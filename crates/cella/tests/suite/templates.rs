@@ -302,8 +302,15 @@ fn server_selects_templates(data: &Path) {
         body["message"],
         "unknown template \"nope\": known templates are base, code-interpreter, tiny"
     );
-    let (code, body) = post("code-interpreter");
-    if code != 201 {
+    // `code-interpreter-v1` (the e2b-code-interpreter SDK's default) is cella's code-interpreter.
+    for name in ["code-interpreter", "code-interpreter-v1"] {
+        let (code, body) = post(name);
+        if code == 201 {
+            assert_eq!(body["templateID"], "code-interpreter", "{body}");
+            let id = body["sandboxID"].as_str().expect("id");
+            call("DELETE", &format!("/sandboxes/{id}"), None);
+            continue;
+        }
         assert_eq!(code, 400, "{body}");
         let msg = body["message"].as_str().expect("message");
         assert!(
