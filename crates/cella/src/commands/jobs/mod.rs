@@ -5,7 +5,6 @@
 //! prints one JSON line per event). Exit status: 0 on success (`watch`: the job completed),
 //! 1 when a watched job ended in error or was cancelled, 2 on usage or server errors.
 
-mod client;
 mod serve_args;
 
 use std::io::Write;
@@ -22,7 +21,7 @@ use serde_json::{Value, json};
 
 pub use serve_args::ServeJobsArgs;
 
-use client::{Client, ServerArgs, failure};
+use super::sandbox::api::{Server as Client, ServerOptions as ServerArgs};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -359,21 +358,14 @@ async fn watch(client: &Client, id: &str, after: i64, json: bool) -> anyhow::Res
             Ok(r) => r,
             Err(e) if failures < 5 && last > after => {
                 failures += 1;
-                eprintln!("cella: lost the event stream ({e:#}); reconnecting");
+                eprintln!("cella: lost the event stream ({e}); reconnecting");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         if !resp.status().is_success() {
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            bail!("{}", failure(status, &body));
+            return Err(client.refused(resp).await.into());
         }
         let mut body = resp.into_body();
         let mut buffer = String::new();
@@ -466,15 +458,8 @@ async fn artifacts(
     let resp = client
         .send(Method::GET, &job_path(id, "/artifacts.zip"), None, &[])
         .await?;
-    let status = resp.status();
-    if !status.is_success() {
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        bail!("{}", failure(status, &body));
+    if !resp.status().is_success() {
+        return Err(client.refused(resp).await.into());
     }
     let to_stdout = output.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let path = output.unwrap_or_else(|| PathBuf::from(format!("{id}-artifacts.zip")));

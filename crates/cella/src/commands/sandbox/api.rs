@@ -1,5 +1,5 @@
-//! The client side of `cella serve`'s E2B control plane (`/sandboxes`, `/v2/sandboxes`, …) and
-//! the door to a sandbox's envd through the server's gateway. Owns where the server is, which
+//! The client side of `cella serve` (the E2B control plane, `/v1` for jobs) and the door to a
+//! sandbox's envd through the server's gateway. Owns where the server is, which
 //! API key is sent, and turning refusals into messages that say what to do next. Knows nothing
 //! of terminals or output formats.
 
@@ -188,13 +188,15 @@ impl Server {
         }
     }
 
-    /// One control-plane call; the answer is returned whatever its status.
-    pub async fn call(
+    /// Sends a request and returns the answer with its body unread (event streams, downloads);
+    /// `headers` are added to the request.
+    pub async fn send(
         &self,
         method: Method,
         path_and_query: &str,
         body: Option<&Value>,
-    ) -> Result<Answer, ApiError> {
+        headers: &[(&str, String)],
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ApiError> {
         let mut req = Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -202,6 +204,9 @@ impl Server {
             .header("user-agent", concat!("cella/", env!("CARGO_PKG_VERSION")));
         if let Some(key) = &self.key {
             req = req.header("x-api-key", key);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, value);
         }
         let payload = match body {
             Some(v) => {
@@ -216,9 +221,19 @@ impl Server {
                 url: self.url.clone(),
                 detail: format!("building the request for {path_and_query}: {e}"),
             })?;
-        let resp = cella_sandbox::send_http1(&Dial::Tcp(self.authority.clone()), req)
+        cella_sandbox::send_http1(&Dial::Tcp(self.authority.clone()), req)
             .await
-            .map_err(|e| self.unreachable(&e))?;
+            .map_err(|e| self.unreachable(&e))
+    }
+
+    /// One control-plane call; the answer is returned whatever its status.
+    pub async fn call(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, ApiError> {
+        let resp = self.send(method, path_and_query, body, &[]).await?;
         let (parts, body) = resp.into_parts();
         let body = body
             .collect()
@@ -235,6 +250,18 @@ impl Server {
         })
     }
 
+    /// The error for a non-2xx answer whose body is still unread (a stream that was refused).
+    pub async fn refused(&self, resp: hyper::Response<hyper::body::Incoming>) -> ApiError {
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        self.refusal(status, &body)
+    }
+
     /// A call that must succeed (2xx).
     pub async fn expect(
         &self,
@@ -248,6 +275,16 @@ impl Server {
         } else {
             Err(self.refusal(answer.status, &answer.body))
         }
+    }
+
+    /// A JSON call that must succeed; its answer parsed.
+    pub async fn json(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        self.expect(method, path_and_query, body).await?.json(self)
     }
 
     /// `GET /sandboxes/{id}`: the sandbox's details (including its envd access token).

@@ -2,7 +2,7 @@
 //! control plane (`api.rs`); `exec` and `cp` reach the sandbox's envd through the server's
 //! gateway on the same port. One module per command; none of them knows the server's insides.
 
-mod api;
+pub(crate) mod api;
 mod cp;
 mod create;
 mod exec;
