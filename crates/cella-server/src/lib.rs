@@ -181,6 +181,13 @@ impl Server {
                 what: format!("listening on {}", self.state.config.listen),
                 source,
             })?;
+        // Streams (process output, events) are many small writes: with Nagle's algorithm each
+        // one after the first waits for the client's delayed ACK (~40 ms).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY not set on a connection: {e}");
+            }
+        });
         let app = router(self.state.clone());
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
