@@ -49,7 +49,7 @@ impl ServerConfig {
 }
 
 /// The embedded database's URL for a data directory.
-pub fn default_database_url(data_dir: &Path) -> String {
+fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}", data_dir.join("cella.db").display())
 }
 

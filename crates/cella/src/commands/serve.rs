@@ -58,19 +58,18 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Defaults, then the file, then environment and flags (clap already merged those two).
     fn resolve(self) -> anyhow::Result<ServerConfig> {
-        let file = match &self.config {
+        let mut file = match &self.config {
             Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
             None => FileConfig::default(),
         };
+        // The flag's data directory replaces the file's before the file is resolved, so the
+        // default database (under the data directory) follows it.
+        if let Some(dir) = self.data_dir {
+            file.data_dir = Some(dir);
+        }
         let mut config = file
             .resolve(default_data_dir())
             .map_err(anyhow::Error::msg)?;
-        if let Some(dir) = self.data_dir {
-            if file.database_url.is_none() {
-                config.database_url = cella_server::config::default_database_url(&dir);
-            }
-            config.data_dir = dir;
-        }
         if let Some(v) = self.listen {
             config.listen = v;
         }
