@@ -155,6 +155,13 @@ impl EnvdClient {
         }
     }
 
+    /// envd where a backend said it listens.
+    pub fn for_transport(transport: &crate::backend::Transport) -> Self {
+        match transport {
+            crate::backend::Transport::Unix(socket) => Self::unix(socket.clone()),
+        }
+    }
+
     /// envd of `route.sandbox_id` through the gateway at `route.authority`.
     pub fn gateway(route: GatewayRoute) -> Self {
         EnvdClient {

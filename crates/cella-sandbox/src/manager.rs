@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use crate::backend::{Backend, Instance, SandboxError, Transport, Usage};
+use crate::backend::{Backend, Instance, SandboxError, Usage};
 use crate::client::EnvdClient;
 use crate::pool::{PoolJournal, PoolStats, Ready, WarmPool};
 use crate::spec::SandboxSpec;
@@ -113,7 +113,7 @@ impl SandboxManager {
         paused: bool,
         from_pool: bool,
     ) -> Arc<Sandbox> {
-        let envd = envd_client(&instance.transport);
+        let envd = EnvdClient::for_transport(&instance.transport);
         let sb = Arc::new(Sandbox {
             id: id.clone(),
             spec,
@@ -153,6 +153,23 @@ impl SandboxManager {
         }
     }
 
+    /// Gives a pooled sandbox what a claim sets beyond the pool's spec: environment variables
+    /// and (pooled sandboxes start with none) the network policy.
+    async fn hand_over(&self, instance: &Instance, spec: &SandboxSpec) -> Result<(), String> {
+        if !spec.envs.is_empty() {
+            EnvdClient::for_transport(&instance.transport)
+                .set_envs(&spec.envs)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if spec.network != crate::network::NetworkPolicy::default() {
+            self.backend
+                .set_network(instance, &spec.network)
+                .map_err(|e| format!("network policy: {e}"))?;
+        }
+        Ok(())
+    }
+
     async fn claim_warm(&self, spec: &SandboxSpec) -> Option<Arc<Sandbox>> {
         let pool = self
             .pools
@@ -169,20 +186,8 @@ impl SandboxManager {
         if let Some(j) = self.journal() {
             j.forget(&ready.id);
         }
-        if !spec.envs.is_empty()
-            && let Err(e) = envd_client(&ready.instance.transport)
-                .set_envs(&spec.envs)
-                .await
-        {
+        if let Err(e) = self.hand_over(&ready.instance, spec).await {
             tracing::warn!(sandbox = %ready.id, "handing over a pooled sandbox: {e}; building one instead");
-            let _ = self.backend.kill(&ready.instance).await;
-            return None;
-        }
-        // Pooled sandboxes start with the default policy (no network).
-        if spec.network != crate::network::NetworkPolicy::default()
-            && let Err(e) = self.backend.set_network(&ready.instance, &spec.network)
-        {
-            tracing::warn!(sandbox = %ready.id, "network policy of a pooled sandbox: {e}; building one instead");
             let _ = self.backend.kill(&ready.instance).await;
             return None;
         }
@@ -374,12 +379,6 @@ impl SandboxManager {
         for id in ids {
             let _ = self.kill(&id).await;
         }
-    }
-}
-
-fn envd_client(transport: &Transport) -> EnvdClient {
-    match transport {
-        Transport::Unix(p) => EnvdClient::unix(p.clone()),
     }
 }
 

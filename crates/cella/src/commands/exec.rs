@@ -16,7 +16,7 @@ use cella_proto::process::{
 };
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::{self, Limits, Network, SandboxSpec, WORKSPACE};
-use cella_sandbox::{ClientError, EnvdClient, Transport};
+use cella_sandbox::{ClientError, EnvdClient};
 
 /// Resource and isolation options shared by the commands that create local sandboxes.
 #[derive(Debug, Clone, clap::Args)]
@@ -162,8 +162,7 @@ async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
             }
         })
     });
-    let Transport::Unix(socket) = &instance.transport;
-    let client = EnvdClient::unix(socket.clone());
+    let client = EnvdClient::for_transport(&instance.transport);
     let req = StartRequest {
         process: Some(ProcessConfig {
             cmd: args.command[0].clone(),

@@ -10,9 +10,9 @@ use cella_proto::process::{
     ProcessConfig, ProcessEvent, ProcessInput, ProcessOutput, ProcessSelector, Pty, PtySize,
     SendInputRequest, StartRequest, UpdateRequest,
 };
+use cella_sandbox::EnvdClient;
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::WORKSPACE;
-use cella_sandbox::{EnvdClient, Transport};
 
 use super::exec::SandboxOptions;
 
@@ -89,8 +89,7 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
         for w in &instance.warnings {
             eprintln!("cella: warning: {w}");
         }
-        let Transport::Unix(socket) = &instance.transport;
-        let client = EnvdClient::unix(socket.clone());
+        let client = EnvdClient::for_transport(&instance.transport);
         let result = session(&client, &args, spec.workdir.is_some()).await;
         let _ = backend.kill(&instance).await;
         result

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use cella_sandbox::EnvdClient;
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::SandboxSpec;
-use cella_sandbox::{EnvdClient, Transport};
 use serde::Serialize;
 
 use super::Series;
@@ -254,8 +254,7 @@ async fn raw_batch(
             let i = backend
                 .create(&cella_proto::ids::new_sandbox_id(), &spec)
                 .await?;
-            let Transport::Unix(sock) = &i.transport;
-            super::run_true(&EnvdClient::unix(sock.clone())).await?;
+            super::run_true(&EnvdClient::for_transport(&i.transport)).await?;
             backend.kill(&i).await?;
             anyhow::Ok(t.elapsed())
         });

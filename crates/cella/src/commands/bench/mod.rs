@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cella_proto::process::{ProcessConfig, ProcessEvent, StartRequest};
+use cella_sandbox::EnvdClient;
 use cella_sandbox::backend::Backend;
 use cella_sandbox::spec::SandboxSpec;
-use cella_sandbox::{EnvdClient, Transport};
 use serde::Serialize;
 
 mod e2b;
@@ -244,8 +244,7 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
             let i = backend
                 .create(&cella_proto::ids::new_sandbox_id(), &spec)
                 .await?;
-            let Transport::Unix(sock) = &i.transport;
-            let client = EnvdClient::unix(sock.clone());
+            let client = EnvdClient::for_transport(&i.transport);
             run_true(&client).await?;
             backend.kill(&i).await?;
             anyhow::Ok(t.elapsed())
@@ -266,8 +265,7 @@ fn sandbox(args: SandboxBench) -> anyhow::Result<ExitCode> {
         let i = backend
             .create(&cella_proto::ids::new_sandbox_id(), &spec)
             .await?;
-        let Transport::Unix(sock) = &i.transport;
-        let client = EnvdClient::unix(sock.clone());
+        let client = EnvdClient::for_transport(&i.transport);
         run_true(&client).await?;
         for _ in 0..args.runs.max(20) {
             let t = Instant::now();
