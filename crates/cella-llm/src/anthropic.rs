@@ -8,15 +8,14 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::client::{BoxFuture, ModelClient};
 use crate::config::ModelConfig;
 use crate::error::{LlmError, kind_and_message, shorten};
-use crate::event::{ChatStream, ResponseAssembler, StreamEvent};
-use crate::http::{Answer, Transport, WireDecoder, decode_stream};
+use crate::event::{ChatStream, StreamEvent};
+use crate::http::{Transport, WireDecoder};
 use crate::message::{ChatRequest, ChatResponse, FinishReason, Message, ToolChoice};
 use crate::sse::SseEvent;
 use crate::usage::Usage;
@@ -49,26 +48,17 @@ impl AnthropicClient {
         })
     }
 
-    fn assembler(&self) -> ResponseAssembler {
-        ResponseAssembler::new(self.config.model.clone(), self.config.price())
-    }
-
     async fn start(&self, request: &ChatRequest, stream: bool) -> Result<ChatStream, LlmError> {
         let body = encode_request(&self.config, request, stream);
-        let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-        let response = self.transport.post(&self.url, body).await?;
-        let provider = self.transport.provider;
-        // Decode by what arrived, not by what was asked: a server may stream when not asked
-        // to, or ignore `stream: true`.
-        Ok(match self.transport.answer(response).await? {
-            Answer::Sse(sse) => ChatStream::new(
-                decode_stream(sse, EventDecoder::new(provider)),
-                self.assembler(),
-            ),
-            Answer::Json(body) => {
-                ChatStream::from_events(decode_response(provider, &body), self.assembler())
-            }
-        })
+        self.transport
+            .chat(
+                &self.config,
+                &self.url,
+                &body,
+                EventDecoder::new,
+                decode_response,
+            )
+            .await
     }
 }
 
@@ -601,6 +591,7 @@ pub(crate) fn decode_response(
 mod tests {
     use super::*;
     use crate::config::Provider;
+    use crate::event::ResponseAssembler;
     use crate::message::{ToolCall, ToolSpec};
 
     #[test]

@@ -16,7 +16,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::ModelConfig;
 use crate::error::{LlmError, provider_message};
-use crate::event::{EventStream, StreamEvent};
+use crate::event::{ChatStream, EventStream, ResponseAssembler, StreamEvent};
 use crate::sse::{SseDecoder, SseEvent};
 
 /// The longest connect timeout, whatever the request timeout.
@@ -472,6 +472,35 @@ pub(crate) fn sse_events(
             return Some((Err(error), st));
         }
     })
+}
+
+/// The events of a whole (non-streamed) response body of one wire format.
+pub(crate) type ResponseDecoder = fn(&'static str, &[u8]) -> Vec<Result<StreamEvent, LlmError>>;
+
+impl Transport {
+    /// Posts one chat request (`body`, already in the wire format) to `url` and decodes the
+    /// answer by what arrived, not by what was asked: a server may stream when not asked to, or
+    /// ignore `stream: true`. `decoder` makes the SSE decoder for this transport's provider.
+    pub(crate) async fn chat<D: WireDecoder>(
+        &self,
+        config: &ModelConfig,
+        url: &str,
+        body: &serde_json::Value,
+        decoder: fn(&'static str) -> D,
+        decode_response: ResponseDecoder,
+    ) -> Result<ChatStream, LlmError> {
+        let body = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+        let response = self.post(url, body).await?;
+        let assembler = ResponseAssembler::new(config.model.clone(), config.price());
+        Ok(match self.answer(response).await? {
+            Answer::Sse(sse) => {
+                ChatStream::new(decode_stream(sse, decoder(self.provider)), assembler)
+            }
+            Answer::Json(body) => {
+                ChatStream::from_events(decode_response(self.provider, &body), assembler)
+            }
+        })
+    }
 }
 
 /// Turns the SSE events of one wire format into `StreamEvent`s.

@@ -6,15 +6,14 @@
 //! arguments split across chunks, ids and names sent once). Must not know about retries
 //! (`http.rs`) or about Anthropic.
 
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::client::{BoxFuture, ModelClient};
 use crate::config::{ModelConfig, Provider};
 use crate::error::{LlmError, kind_and_message, shorten};
-use crate::event::{ChatStream, ResponseAssembler, StreamEvent};
-use crate::http::{Answer, Transport, WireDecoder, decode_stream};
+use crate::event::{ChatStream, StreamEvent};
+use crate::http::{Transport, WireDecoder};
 use crate::message::{ChatRequest, ChatResponse, FinishReason, Message, ToolChoice};
 use crate::sse::SseEvent;
 use crate::usage::Usage;
@@ -45,26 +44,17 @@ impl OpenAiClient {
         })
     }
 
-    fn assembler(&self) -> ResponseAssembler {
-        ResponseAssembler::new(self.config.model.clone(), self.config.price())
-    }
-
     async fn start(&self, request: &ChatRequest, stream: bool) -> Result<ChatStream, LlmError> {
         let body = encode_request(&self.config, request, stream);
-        let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-        let response = self.transport.post(&self.url, body).await?;
-        let provider = self.transport.provider;
-        // Decode by what arrived, not by what was asked: a server may stream when not asked
-        // to, or ignore `stream: true`.
-        Ok(match self.transport.answer(response).await? {
-            Answer::Sse(sse) => ChatStream::new(
-                decode_stream(sse, ChunkDecoder::new(provider)),
-                self.assembler(),
-            ),
-            Answer::Json(body) => {
-                ChatStream::from_events(decode_response(provider, &body), self.assembler())
-            }
-        })
+        self.transport
+            .chat(
+                &self.config,
+                &self.url,
+                &body,
+                ChunkDecoder::new,
+                decode_response,
+            )
+            .await
     }
 }
 
@@ -556,6 +546,7 @@ pub(crate) fn decode_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::ResponseAssembler;
     use crate::message::{ToolCall, ToolSpec};
 
     fn decode(datas: &[&str]) -> Result<Vec<StreamEvent>, LlmError> {
