@@ -1,8 +1,9 @@
 //! The `cella` command: sandboxes for AI agents' code.
 //!
-//! This binary is also its own helper: the hidden `__sandbox-init` subcommand is how sandboxes
-//! are built (nothing forks from a multi-threaded runtime; the helper is a fresh process), and
-//! the sandbox's init then runs the guest agent (cella-envd) from the same binary.
+//! This binary is also its own sandbox helper: the hidden `__sandbox-spawner` subcommand runs
+//! the single-threaded process that forks one helper per sandbox (nothing forks from a
+//! multi-threaded runtime), and the sandbox's init then runs the guest agent (cella-envd) from
+//! the same binary.
 
 mod commands;
 
@@ -53,18 +54,18 @@ enum Command {
     /// Run the sandbox agent (envd) on a Unix socket, outside any sandbox (for debugging).
     #[command(hide = true)]
     Envd(commands::guest::EnvdArgs),
-    /// Internal: builds one sandbox (started by cella itself).
-    #[command(name = "__sandbox-init", hide = true)]
-    SandboxInit,
+    /// Internal: forks the helpers that build sandboxes (started by cella itself).
+    #[command(name = "__sandbox-spawner", hide = true)]
+    SandboxSpawner,
 }
 
 fn main() -> ExitCode {
-    // The helper path must not pay for argument parsing machinery it does not need.
+    // The spawner must not pay for argument parsing machinery it does not need.
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| a == cella_sandbox::native::HELPER_SUBCOMMAND)
+        .is_some_and(|a| a == cella_sandbox::native::SPAWNER_SUBCOMMAND)
     {
-        cella_sandbox::native::init::run_helper(commands::guest::run_in_sandbox);
+        cella_sandbox::native::spawner::run(commands::guest::run_in_sandbox);
     }
     let cli = Cli::parse();
     let result = match cli.command {
@@ -80,7 +81,7 @@ fn main() -> ExitCode {
         Command::Skills(cmd) => commands::skills::run(cmd),
         Command::Template(cmd) => commands::template::run(cmd),
         Command::Envd(args) => commands::guest::run_standalone(args),
-        Command::SandboxInit => Ok(ExitCode::from(2)),
+        Command::SandboxSpawner => Ok(ExitCode::from(2)),
     };
     match result {
         Ok(code) => code,

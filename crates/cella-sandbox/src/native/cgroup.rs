@@ -58,6 +58,28 @@ fn own_cgroups() -> Vec<(Vec<String>, String)> {
         .collect()
 }
 
+/// Where this process puts sandbox cgroups: the hierarchies and its own cgroup in each,
+/// read once per process: helpers are forked from a spawner that read it ([`prepare`]).
+struct Placement {
+    support: CgroupSupport,
+    own: Vec<(Vec<String>, String)>,
+}
+
+impl Placement {
+    fn get() -> &'static Placement {
+        static PLACEMENT: std::sync::OnceLock<Placement> = std::sync::OnceLock::new();
+        PLACEMENT.get_or_init(|| Placement {
+            support: CgroupSupport::detect(),
+            own: own_cgroups(),
+        })
+    }
+}
+
+/// Reads the [`Placement`] now, so processes forked from this one do not read it again.
+pub fn prepare() {
+    Placement::get();
+}
+
 impl CgroupSupport {
     /// Reads what this host offers.
     pub fn detect() -> Self {
@@ -139,10 +161,9 @@ impl CgroupPaths {
     /// Creates the sandbox's cgroups and applies `limits`. Returns warnings for limits that
     /// cannot be enforced here (never fails just because cgroups are missing).
     pub fn create(id: &str, limits: &Limits) -> (CgroupPaths, Vec<String>) {
-        let support = CgroupSupport::detect();
+        let Placement { support, own } = Placement::get();
         let mut warnings = Vec::new();
         let mut paths = CgroupPaths::default();
-        let own = own_cgroups();
         if support.v2_usable() {
             let base = own
                 .iter()

@@ -1,6 +1,7 @@
 //! The native backend (the default on Linux): sandboxes built from kernel primitives —
 //! namespaces, a pivoted root, seccomp, Landlock, dropped capabilities and cgroups — by a
-//! helper process started from the `cella` binary, with envd as PID 1 inside.
+//! helper process forked from a spawner that runs the `cella` binary, with envd as PID 1
+//! inside.
 
 pub mod cgroup;
 pub mod egress;
@@ -8,29 +9,27 @@ pub mod init;
 pub mod landlock;
 pub mod rootfs;
 pub mod seccomp;
+pub mod spawner;
 pub mod sys;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use crate::backend::{Backend, BoxFuture, Instance, SandboxError, Transport, Usage};
 use crate::spec::{SandboxSpec, WORKSPACE};
 use cgroup::CgroupPaths;
 use init::{GuestConfig, InitReport, InitRequest};
+pub use spawner::{SPAWNER_SUBCOMMAND, Spawner};
 
 use crate::template::{Catalog, CatalogError, Resolved};
-
-/// Hidden subcommand of the `cella` binary that runs [`init::run_helper`].
-pub const HELPER_SUBCOMMAND: &str = "__sandbox-init";
 
 /// Where the native backend keeps things.
 #[derive(Debug, Clone)]
 pub struct NativeConfig {
-    /// The `cella` binary (re-run as the sandbox helper).
+    /// The `cella` binary (re-run as the [`Spawner`] of sandbox helpers).
     pub helper: PathBuf,
     /// Runtime files: one directory per sandbox (sockets, logs, mount points).
     pub run_dir: PathBuf,
@@ -93,11 +92,23 @@ pub struct NativeBackend {
     config: NativeConfig,
     etc: PathBuf,
     catalog: Catalog,
+    spawner: Spawner,
 }
 
 impl NativeBackend {
-    /// Prepares the base template's `/etc` (once per data directory) and the run directory.
+    /// Prepares the base template's `/etc` (once per data directory) and the run directory,
+    /// and starts the helper spawner from `config.helper`.
     pub fn new(config: NativeConfig) -> Result<Self, SandboxError> {
+        let spawner = Spawner::start(&config.helper).map_err(|source| SandboxError::Io {
+            what: "starting the sandbox helper spawner".into(),
+            source,
+        })?;
+        Self::with_spawner(config, spawner)
+    }
+
+    /// Like [`NativeBackend::new`], with a spawner the caller started (e.g. forked early with
+    /// [`Spawner::fork_current`]).
+    pub fn with_spawner(config: NativeConfig, spawner: Spawner) -> Result<Self, SandboxError> {
         let etc = config.data_dir.join("templates/base/etc");
         rootfs::prepare_etc(&etc).map_err(|source| SandboxError::Io {
             what: format!("preparing the base template in {}", etc.display()),
@@ -112,6 +123,7 @@ impl NativeBackend {
             config,
             etc,
             catalog,
+            spawner,
         })
     }
 
@@ -137,50 +149,33 @@ impl NativeBackend {
     }
 
     async fn spawn_helper(&self, req: &InitRequest) -> Result<(Helper, InitReport), SandboxError> {
-        let mut child = tokio::process::Command::new(&self.config.helper)
-            .arg(HELPER_SUBCOMMAND)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            // The helper reports through stdout and outlives the caller for kept sandboxes:
-            // it must not hold the caller's stderr open.
-            .stderr(Stdio::null())
-            .kill_on_drop(false)
-            .spawn()
-            .map_err(|source| SandboxError::Io {
-                what: format!(
-                    "starting the sandbox helper {}",
-                    self.config.helper.display()
-                ),
-                source,
-            })?;
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| SandboxError::Io { what, source }
+        };
+        let pipes = self
+            .spawner
+            .spawn_helper()
+            .map_err(io("starting a sandbox helper"))?;
         let payload = serde_json::to_vec(req).map_err(|e| SandboxError::Create(e.to_string()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(&payload)
-                .await
-                .map_err(|source| SandboxError::Io {
-                    what: "sending the sandbox request".into(),
-                    source,
-                })?;
-        }
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| SandboxError::Create("the helper has no stdout".into()))?;
+        let mut request = pipe::Sender::from_owned_fd(pipes.request)
+            .map_err(io("sending the sandbox request"))?;
+        request
+            .write_all(&payload)
+            .await
+            .map_err(io("sending the sandbox request"))?;
+        drop(request);
+        let report = pipe::Receiver::from_owned_fd(pipes.report)
+            .map_err(io("reading the helper's report"))?;
         let mut helper = Helper {
-            child,
-            stdout: BufReader::new(stdout),
+            report: BufReader::new(report),
         };
         let mut line = String::new();
         helper
-            .stdout
+            .report
             .read_line(&mut line)
             .await
-            .map_err(|source| SandboxError::Io {
-                what: "reading the helper's report".into(),
-                source,
-            })?;
+            .map_err(io("reading the helper's report"))?;
         let report: InitReport = serde_json::from_str(&line).map_err(|_| {
             SandboxError::Create(format!(
                 "the sandbox helper failed without a report (is {} a cella binary?)",
@@ -191,10 +186,18 @@ impl NativeBackend {
     }
 }
 
-/// A running helper: its process and its stdout (the report, then [`init::ENDED_LINE`]).
+/// A running helper's report pipe: its report, then [`init::ENDED_LINE`], then end of file
+/// when it exits.
 struct Helper {
-    child: tokio::process::Child,
-    stdout: BufReader<tokio::process::ChildStdout>,
+    report: BufReader<pipe::Receiver>,
+}
+
+impl Helper {
+    /// Waits for the helper to exit (end of its report pipe).
+    async fn exited(mut self) {
+        let mut rest = Vec::new();
+        let _ = self.report.read_to_end(&mut rest).await;
+    }
 }
 
 impl Backend for NativeBackend {
@@ -295,7 +298,7 @@ impl Backend for NativeBackend {
             };
             if !report.ok {
                 forget();
-                let _ = helper.child.wait().await;
+                helper.exited().await;
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(SandboxError::Create(
                     report.error.unwrap_or_else(|| "unknown failure".into()),
@@ -308,12 +311,11 @@ impl Backend for NativeBackend {
                 // `ended` once the sandbox's init is reaped (end of file if the helper died);
                 // the helper removes the cgroups after that and exits.
                 let mut line = String::new();
-                let _ = helper.stdout.read_line(&mut line).await;
+                let _ = helper.report.read_line(&mut line).await;
                 if let Some(p) = proxy {
                     p.detach(&sandbox);
                 }
                 let _ = tx.send(true);
-                let _ = helper.child.wait().await;
             });
             let mut warnings = report.warnings;
             if let Some(start) = &template.template.start

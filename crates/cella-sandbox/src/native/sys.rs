@@ -150,12 +150,15 @@ pub fn set_dumpable(on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Highest capability number the kernel knows.
+/// Highest capability number the kernel knows (read once per process).
 pub fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+    static LAST_CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST_CAP.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40)
+    })
 }
 
 /// Removes every capability from the bounding set, so nothing exec'd later can regain one.
@@ -281,6 +284,205 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A connected pair of Unix `SOCK_SEQPACKET` sockets (message boundaries kept), close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    check(rc.into(), || "socketpair".to_string())?;
+    // SAFETY: both descriptors are fresh and owned by us.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Most descriptors one message carries in [`send_fds`] / [`recv_fds`].
+const MAX_PASSED_FDS: usize = 4;
+
+/// Sends one message of `tag` carrying `fds` (`SCM_RIGHTS`) on a Unix socket.
+pub fn send_fds(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many descriptors for one message",
+        ));
+    }
+    let data = [tag];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    let mut control = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; every pointer set below outlives the sendmsg call,
+    // the control buffer (64 bytes, 8-aligned) holds CMSG_SPACE of up to MAX_PASSED_FDS
+    // descriptors, and CMSG_FIRSTHDR/CMSG_DATA stay inside it.
+    let rc = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr().cast::<u8>(),
+            libc::CMSG_DATA(cmsg),
+            fd_bytes as usize,
+        );
+        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    check(rc as libc::c_long, || "sending descriptors".to_string())?;
+    Ok(())
+}
+
+/// Receives one message from [`send_fds`]: its tag and descriptors (close-on-exec), or `None`
+/// at end of file.
+pub fn recv_fds(sock: RawFd) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
+    let mut data = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; the buffers outlive the call and recvmsg writes at
+    // most msg_controllen bytes of control data. Descriptors are read only from SCM_RIGHTS
+    // headers the kernel filled in, within cmsg_len.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let header = libc::CMSG_LEN(0) as usize;
+                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header)
+                    / std::mem::size_of::<RawFd>();
+                let first = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(first.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if n == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((data[0], fds)))
+    }
+}
+
+/// Installs a seccomp filter on the calling thread and every thread and process it starts.
+pub fn install_seccomp(program: &[libc::sock_filter]) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: u16::try_from(program.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: the kernel copies `prog.len` instructions from `prog.filter`, which points into
+    // `program` for the duration of the call; it does not write through the pointer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    check(rc, || "seccomp(SET_MODE_FILTER)".to_string())?;
+    Ok(())
+}
+
+/// Shuts a socket down both ways (its peer reads end of file).
+pub fn shutdown(sock: &OwnedFd) {
+    // SAFETY: shutdown on a descriptor we own; failure (not connected) is harmless.
+    unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) };
+}
+
+/// `fork(2)`: the child's pid in the parent, 0 in the child.
+///
+/// # Safety
+/// The calling process must be single-threaded (see [`clone_into_namespaces`]).
+pub unsafe fn fork() -> io::Result<libc::pid_t> {
+    // SAFETY: guaranteed by the caller.
+    let rc = unsafe { libc::fork() };
+    Ok(check(rc.into(), || "fork".to_string())? as libc::pid_t)
+}
+
+/// How many threads this process has (from `/proc/self/stat`), if it can tell.
+pub fn thread_count() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may contain spaces: the 20th
+    // field overall (num_threads) is the 18th after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(17)?.parse().ok()
+}
+
+/// Restores the default action of `sig`, or ignores it (`ignore`).
+pub fn set_signal(sig: libc::c_int, ignore: bool) {
+    let action = if ignore { libc::SIG_IGN } else { libc::SIG_DFL };
+    // SAFETY: installing SIG_IGN or SIG_DFL involves no handler code.
+    unsafe { libc::signal(sig, action) };
+}
+
+/// Sets the calling thread's name as `ps` and `top` show it (truncated to 15 bytes).
+pub fn set_process_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Points descriptors 0, 1 and 2 at `/dev/null`.
+pub fn stdio_to_null() -> io::Result<()> {
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in 0..=2 {
+        // SAFETY: dup2 between a descriptor we hold and a standard descriptor number.
+        check(unsafe { libc::dup2(null.as_raw_fd(), fd) }.into(), || {
+            "dup2".to_string()
+        })?;
+    }
+    Ok(())
+}
+
+/// Moves `from` onto descriptor number `to` (without close-on-exec), closing `from`.
+pub fn move_fd(from: OwnedFd, to: RawFd) -> io::Result<()> {
+    if from.as_raw_fd() == to {
+        // Already there: only clear close-on-exec, as dup2 would have.
+        // SAFETY: fcntl on a descriptor we own.
+        check(unsafe { libc::fcntl(to, libc::F_SETFD, 0) }.into(), || {
+            "fcntl".to_string()
+        })?;
+        std::mem::forget(from);
+        return Ok(());
+    }
+    // SAFETY: dup2 between a descriptor we own and a number the caller hands over.
+    check(unsafe { libc::dup2(from.as_raw_fd(), to) }.into(), || {
+        "dup2".to_string()
+    })?;
+    Ok(())
+}
+
 /// Waits for a child; returns its raw wait status.
 pub fn wait_child(pid: libc::pid_t) -> io::Result<i32> {
     loop {
@@ -295,6 +497,15 @@ pub fn wait_child(pid: libc::pid_t) -> io::Result<i32> {
             return Err(e);
         }
     }
+}
+
+/// Collects a child that has exited, without waiting: its raw status, or `None` if it runs.
+pub fn try_wait_child(pid: libc::pid_t) -> io::Result<Option<i32>> {
+    let mut status = 0;
+    // SAFETY: waitpid writes only `status`.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    check(rc.into(), || format!("waitpid({pid})"))?;
+    Ok((rc == pid).then_some(status))
 }
 
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {

@@ -128,13 +128,17 @@ pub struct ExecArgs {
 
 pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let spec = args.sandbox.spec()?;
+    let backend = super::local::one_sandbox_backend(&spec)?;
     let rt = super::local::runtime()?;
-    let code = rt.block_on(exec(args, spec))?;
+    let code = rt.block_on(exec(args, spec, backend))?;
     Ok(ExitCode::from(code))
 }
 
-async fn exec(args: ExecArgs, spec: SandboxSpec) -> anyhow::Result<u8> {
-    let backend = super::local::native_backend()?;
+async fn exec(
+    args: ExecArgs,
+    spec: SandboxSpec,
+    backend: cella_sandbox::native::NativeBackend,
+) -> anyhow::Result<u8> {
     let id = cella_proto::ids::new_sandbox_id();
     let started = std::time::Instant::now();
     let instance = match backend.create(&id, &spec).await {

@@ -1,9 +1,10 @@
-//! Sandboxes on this machine for the local commands (exec, shell, bench): the native backend
-//! with this binary as its helper.
+//! Sandboxes on this machine for the local commands (exec, shell, run, bench): the native
+//! backend with this binary as its helper.
 
 use anyhow::Context;
-use cella_sandbox::native::{NativeBackend, NativeConfig};
+use cella_sandbox::native::{NativeBackend, NativeConfig, Spawner};
 use cella_sandbox::network::{EgressConfig, EgressProxy};
+use cella_sandbox::spec::SandboxSpec;
 
 /// The native backend, using this very binary as the sandbox helper, with the egress proxy
 /// that enforces sandboxes' network policies.
@@ -14,17 +15,40 @@ pub fn native_backend() -> anyhow::Result<NativeBackend> {
 /// The native backend keeping its templates under `data_dir` (the environment's or the
 /// per-user default when `None`).
 pub fn native_backend_in(data_dir: Option<&std::path::Path>) -> anyhow::Result<NativeBackend> {
-    let exe =
-        std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
-    let mut config = NativeConfig::with_helper(exe);
+    let mut config = config()?;
     if let Some(dir) = data_dir {
         config.data_dir = dir.to_path_buf();
     }
+    config.egress = Some(egress_proxy()?);
+    NativeBackend::new(config).context("preparing the native sandbox backend")
+}
+
+/// A native backend for one sandbox of `spec` made right away (`cella exec`, `cella shell`).
+/// Call it first, while this process is still single-threaded: the helper spawner is forked
+/// from it rather than started from the binary, and does its preparation while the caller
+/// goes on. The egress proxy is started only when the spec's network policy lets anything
+/// out (the policy of a local sandbox never changes afterwards).
+pub fn one_sandbox_backend(spec: &SandboxSpec) -> anyhow::Result<NativeBackend> {
+    let mut config = config()?;
+    let spawner = Spawner::fork_current(&config.helper, super::guest::run_in_sandbox)
+        .context("starting the sandbox helper spawner")?;
+    if !spec.network.is_deny_all() {
+        config.egress = Some(egress_proxy()?);
+    }
+    NativeBackend::with_spawner(config, spawner).context("preparing the native sandbox backend")
+}
+
+fn config() -> anyhow::Result<NativeConfig> {
+    let exe =
+        std::env::current_exe().context("finding the cella binary to use as the sandbox helper")?;
+    Ok(NativeConfig::with_helper(exe))
+}
+
+fn egress_proxy() -> anyhow::Result<EgressProxy> {
     let egress = EgressConfig::from_env()
         .map_err(anyhow::Error::msg)
         .context("configuring the egress proxy (CELLA_EGRESS_HOSTS)")?;
-    config.egress = Some(EgressProxy::new(egress));
-    NativeBackend::new(config).context("preparing the native sandbox backend")
+    Ok(EgressProxy::new(egress))
 }
 
 /// A single-threaded runtime: the local commands drive one sandbox at a time.

@@ -78,9 +78,9 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
         bail!("cella shell needs a terminal on stdin; use `cella exec` for scripts");
     }
     let spec = args.sandbox.spec()?;
+    let backend = super::local::one_sandbox_backend(&spec)?;
     let rt = super::local::runtime()?;
     rt.block_on(async move {
-        let backend = super::local::native_backend()?;
         let id = cella_proto::ids::new_sandbox_id();
         let instance = backend
             .create(&id, &spec)
