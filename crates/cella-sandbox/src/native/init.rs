@@ -117,18 +117,22 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     };
     emit(&report);
     // Stay as the sandbox's parent: reap it, then clean up after it. The host learns the
-    // sandbox is gone from the `ended` line; removing its files and cgroups follows, off the
-    // host's path (removing the root mount point waits for the kernel to release the sandbox's
-    // mounts, ~0.3 ms).
+    // sandbox is gone from the `ended` line. Its directory is first moved aside under a
+    // `.ended-` name (cheap), so it is gone from its place when the host hears; removing it
+    // follows off the host's path (removing the root mount point waits for the kernel to
+    // release the sandbox's mounts, ~0.3 ms), and then the cgroups.
     let status = sys::wait_child(child).unwrap_or(0);
+    let leftover = ended_dir(&dir);
+    let leftover = match std::fs::rename(&dir, &leftover) {
+        Ok(()) => leftover,
+        Err(_) => dir,
+    };
     {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(format!("{ENDED_LINE}\n").as_bytes());
         let _ = out.flush();
     }
-    let _ = std::fs::remove_file(dir.join("envd.sock"));
-    let _ = std::fs::remove_dir(dir.join("root"));
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&leftover);
     cgroup.leave_current();
     cgroup.remove();
     sys::exit_now(if libc::WIFEXITED(status) {
@@ -136,6 +140,15 @@ pub fn run_helper(guest: fn(UnixListener, GuestConfig) -> !) -> ! {
     } else {
         128 + libc::WTERMSIG(status)
     });
+}
+
+/// Prefix of a sandbox directory whose sandbox ended and whose helper is removing it.
+pub const ENDED_PREFIX: &str = ".ended-";
+
+/// Where an ended sandbox's directory is moved before it is removed.
+fn ended_dir(dir: &Path) -> PathBuf {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    dir.with_file_name(format!("{ENDED_PREFIX}{name}"))
 }
 
 fn fail(error: String) -> Result<Built, String> {

@@ -118,6 +118,7 @@ impl NativeBackend {
             what: format!("creating {}", config.run_dir.display()),
             source,
         })?;
+        sweep_ended(&config.run_dir);
         let catalog = Catalog::new(&config.data_dir, config.id_base);
         Ok(NativeBackend {
             config,
@@ -461,6 +462,23 @@ async fn start_command(socket: &Path, command: &str) -> Result<(), crate::Client
     client.start(&req, None).await.map(drop)
 }
 
+/// Removes directories of ended sandboxes whose helpers died before removing them.
+fn sweep_ended(run_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(init::ENDED_PREFIX)
+        {
+            // A helper may be removing it right now; whoever is second finds less to do.
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn pid_alive(pid: i32) -> bool {
     // Signal 0 probes existence; a zombie (exited, not reaped) does not count as alive.
     sys::kill(pid, 0).is_ok()
@@ -472,4 +490,22 @@ fn pid_alive(pid: i32) -> bool {
 /// Whether `path` looks like a usable helper binary.
 pub fn helper_exists(path: &Path) -> bool {
     path.is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_removes_only_ended_sandbox_directories() {
+        let run = std::env::temp_dir().join(format!("cella-sweep-{}", std::process::id()));
+        let ended = run.join(format!("{}abc", init::ENDED_PREFIX));
+        std::fs::create_dir_all(ended.join("root")).unwrap();
+        std::fs::write(ended.join("envd.log"), "x").unwrap();
+        std::fs::create_dir_all(run.join("abc")).unwrap();
+        sweep_ended(&run);
+        assert!(!ended.exists());
+        assert!(run.join("abc").exists(), "a live sandbox's directory stays");
+        std::fs::remove_dir_all(&run).unwrap();
+    }
 }
