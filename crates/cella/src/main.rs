@@ -23,6 +23,18 @@ struct Cli {
     command: Command,
 }
 
+const EXEC_ABOUT: &str =
+    "Run one command in a fresh sandbox, stream its output, and exit with its exit code.";
+
+/// `cella exec` on its own: the hot path parses only its own arguments (building the parser of
+/// every command costs ~0.5 ms, a tenth of a whole sandbox). Same arguments, help and errors.
+#[derive(Debug, Parser)]
+#[command(name = "cella exec", bin_name = "cella exec", about = EXEC_ABOUT)]
+struct ExecCli {
+    #[command(flatten)]
+    args: commands::exec::ExecArgs,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the E2B-compatible control plane and envd gateway (the main job).
@@ -34,7 +46,7 @@ enum Command {
     Keys(commands::serve::KeysCommand),
     /// Manage sandboxes of a running `cella serve`: create, ls, exec, cp, rm, pause, resume.
     Sandbox(commands::sandbox::SandboxArgs),
-    /// Run one command in a fresh sandbox, stream its output, and exit with its exit code.
+    #[command(about = EXEC_ABOUT)]
     Exec(commands::exec::ExecArgs),
     /// An agent does TASK in a fresh sandbox with a model (tool-calling loop or reflexion).
     Run(Box<commands::run::RunArgs>),
@@ -67,8 +79,13 @@ fn main() -> ExitCode {
     {
         cella_sandbox::native::spawner::run(commands::guest::run_in_sandbox);
     }
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let command = if std::env::args_os().nth(1).is_some_and(|a| a == "exec") {
+        let args = std::iter::once("cella exec".into()).chain(std::env::args_os().skip(2));
+        Command::Exec(ExecCli::parse_from(args).args)
+    } else {
+        Cli::parse().command
+    };
+    let result = match command {
         Command::Serve(args) => commands::serve::serve(args),
         Command::Keys(cmd) => commands::serve::keys(cmd),
         Command::Sandbox(args) => commands::sandbox::run(args),

@@ -107,7 +107,7 @@ impl NativeBackend {
     }
 
     /// Like [`NativeBackend::new`], with a spawner the caller started (e.g. forked early with
-    /// [`Spawner::fork_current`]).
+    /// [`Spawner::fork_helper`]).
     pub fn with_spawner(config: NativeConfig, spawner: Spawner) -> Result<Self, SandboxError> {
         let etc = config.data_dir.join("templates/base/etc");
         rootfs::prepare_etc(&etc).map_err(|source| SandboxError::Io {
@@ -154,29 +154,45 @@ impl NativeBackend {
             let what = what.to_string();
             move |source| SandboxError::Io { what, source }
         };
-        let pipes = self
-            .spawner
-            .spawn_helper()
-            .map_err(io("starting a sandbox helper"))?;
         let payload = serde_json::to_vec(req).map_err(|e| SandboxError::Create(e.to_string()))?;
-        let mut request = pipe::Sender::from_owned_fd(pipes.request)
-            .map_err(io("sending the sandbox request"))?;
-        request
-            .write_all(&payload)
-            .await
-            .map_err(io("sending the sandbox request"))?;
-        drop(request);
-        let report = pipe::Receiver::from_owned_fd(pipes.report)
-            .map_err(io("reading the helper's report"))?;
-        let mut helper = Helper {
-            report: BufReader::new(report),
+        // A request the spawner never picked up (it died with the message queued) shows as a
+        // broken request pipe or a report pipe closed without a word while the spawner is
+        // gone: then no helper exists, and asking once more starts a new spawner.
+        let mut retried = false;
+        let (helper, line) = loop {
+            let pipes = self
+                .spawner
+                .spawn_helper()
+                .map_err(io("starting a sandbox helper"))?;
+            let mut request = pipe::Sender::from_owned_fd(pipes.request)
+                .map_err(io("sending the sandbox request"))?;
+            match request.write_all(&payload).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && !retried => {
+                    retried = true;
+                    self.spawner.forget_if_dead();
+                    continue;
+                }
+                Err(e) => return Err(io("sending the sandbox request")(e)),
+            }
+            drop(request);
+            let report = pipe::Receiver::from_owned_fd(pipes.report)
+                .map_err(io("reading the helper's report"))?;
+            let mut helper = Helper {
+                report: BufReader::new(report),
+            };
+            let mut line = String::new();
+            helper
+                .report
+                .read_line(&mut line)
+                .await
+                .map_err(io("reading the helper's report"))?;
+            if line.is_empty() && !retried && self.spawner.forget_if_dead() {
+                retried = true;
+                continue;
+            }
+            break (helper, line);
         };
-        let mut line = String::new();
-        helper
-            .report
-            .read_line(&mut line)
-            .await
-            .map_err(io("reading the helper's report"))?;
         let report: InitReport = serde_json::from_str(&line).map_err(|_| {
             SandboxError::Create(format!(
                 "the sandbox helper failed without a report (is {} a cella binary?)",

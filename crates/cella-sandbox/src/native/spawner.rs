@@ -1,8 +1,11 @@
 //! The helper spawner: a small single-threaded process, started once per backend by re-running
 //! the `cella` binary, that forks one sandbox helper ([`super::init::run_helper`]) per request.
 //!
-//! Why: loading the 140 MB `cella` binary costs ~1.5 ms per process (mostly the dynamic
-//! loader's relocations), more than a fork of a small idle process (~0.1 ms). What every helper
+//! A command that makes a single sandbox right away (`cella exec`) instead forks one helper
+//! from itself at start ([`Spawner::fork_helper`]) and starts no spawner at all.
+//!
+//! Why: loading the 140 MB `cella` binary costs ~1.5 ms per process (page faults of a large
+//! position-independent binary), far more than a fork of a small idle process (~0.1 ms). What every helper
 //! would otherwise work out again — where the cgroup hierarchies are, the seccomp programs, the
 //! kernel's last capability — is worked out once here ([`prepare`]) and inherited. The host
 //! still never forks from its multi-threaded runtime: it only sends messages to this process.
@@ -35,9 +38,12 @@ pub type Guest = fn(UnixListener, GuestConfig) -> !;
 
 /// The host's handle on its spawner process.
 pub struct Spawner {
-    /// The `cella` binary, re-run if the spawner has to be restarted.
+    /// The `cella` binary, run as the spawner when one is needed.
     binary: PathBuf,
-    running: Mutex<Running>,
+    /// A helper forked ahead of time, waiting for its request ([`Spawner::fork_helper`]).
+    spare: Mutex<Option<HelperPipes>>,
+    /// The spawner process, once started.
+    running: Mutex<Option<Running>>,
 }
 
 struct Running {
@@ -58,56 +64,75 @@ impl Spawner {
     pub fn start(binary: &Path) -> io::Result<Spawner> {
         Ok(Spawner {
             binary: binary.to_path_buf(),
-            running: Mutex::new(exec_spawner(binary)?),
+            spare: Mutex::new(None),
+            running: Mutex::new(Some(exec_spawner(binary)?)),
         })
     }
 
-    /// Forks the spawner from this process, which saves loading the binary once more: for
-    /// short-lived commands that create a sandbox right away (`cella exec`). Call it before
-    /// any thread starts; a process that already has threads gets a started one instead.
-    pub fn fork_current(binary: &Path, guest: Guest) -> io::Result<Spawner> {
+    /// Forks one helper from this process right away, for a command that makes one sandbox
+    /// (`cella exec`): no spawner is started unless a second sandbox is asked for, and the
+    /// helper does its preparation while the caller goes on. Call it before any thread
+    /// starts; a process that already has threads gets a started spawner instead.
+    pub fn fork_helper(binary: &Path, guest: Guest) -> io::Result<Spawner> {
         if sys::thread_count() != Some(1) {
             return Spawner::start(binary);
         }
-        let (host, spawner) = sys::seqpacket_pair()?;
+        let (request_r, request_w) = sys::pipe()?;
+        let (report_r, report_w) = sys::pipe()?;
         // SAFETY: this process is single-threaded (checked above).
         let pid = unsafe { sys::fork() }?;
         if pid == 0 {
-            drop(host);
+            drop(request_w);
+            drop(report_r);
             // Like a fresh process: no terminal, no inherited descriptors, no environment.
-            sys::setsid();
             if sys::stdio_to_null().is_err() {
                 sys::exit_now(1);
             }
-            sys::close_fds_except(&[spawner.as_raw_fd()]);
             // SAFETY: single-threaded (the forked copy of a single-threaded process), so no
             // other thread reads the environment concurrently.
             unsafe { libc::clearenv() };
-            serve(spawner.as_raw_fd(), guest);
+            prepare();
+            become_helper(request_r, report_w, guest);
         }
         Ok(Spawner {
             binary: binary.to_path_buf(),
-            running: Mutex::new(Running { control: host, pid }),
+            spare: Mutex::new(Some(HelperPipes {
+                request: request_w,
+                report: report_r,
+            })),
+            running: Mutex::new(None),
         })
     }
 
-    /// Has a helper forked; the spawner is restarted once if it died.
+    /// Has a helper forked (or hands over the one forked ahead); the spawner is started, or
+    /// restarted once if it died, as needed.
     pub fn spawn_helper(&self) -> io::Result<HelperPipes> {
+        if let Some(pipes) = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Ok(pipes);
+        }
         let (request_r, request_w) = sys::pipe()?;
         let (report_r, report_w) = sys::pipe()?;
         let fds = [request_r.as_raw_fd(), report_w.as_raw_fd()];
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = sys::send_fds(&running.control, HELPER, &fds) {
+        let sent = match running.as_ref() {
+            Some(r) => sys::send_fds(&r.control, HELPER, &fds),
+            None => Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
+        };
+        if let Err(e) = sent {
             if !matches!(
-                e.raw_os_error(),
-                Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN)
+                e.kind(),
+                io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::NotConnected
             ) {
                 return Err(e);
             }
-            tracing::warn!("the sandbox helper spawner died; starting a new one");
-            let old = std::mem::replace(&mut *running, exec_spawner(&self.binary)?);
-            old.stop();
-            sys::send_fds(&running.control, HELPER, &fds)?;
+            if let Some(dead) = running.take() {
+                tracing::warn!("the sandbox helper spawner died; starting a new one");
+                dead.stop();
+            }
+            let fresh = running.insert(exec_spawner(&self.binary)?);
+            sys::send_fds(&fresh.control, HELPER, &fds)?;
         }
         Ok(HelperPipes {
             request: request_w,
@@ -116,12 +141,33 @@ impl Spawner {
     }
 }
 
+impl Spawner {
+    /// If the spawner process has died, forgets it (the next request starts a new one) and
+    /// says so. Called after a failure, it allows the spawner a few milliseconds to finish
+    /// dying (its descriptors close before it can be collected).
+    pub fn forget_if_dead(&self) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let dead = running.as_ref().is_some_and(|r| {
+            (0..10).any(|attempt| {
+                if attempt > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                !matches!(sys::try_wait_child(r.pid), Ok(None))
+            })
+        });
+        if dead {
+            running.take();
+        }
+        dead
+    }
+}
+
 impl Drop for Spawner {
     fn drop(&mut self) {
-        self.running
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .stop();
+        // An unused spare helper reads end of file instead of a request and exits.
+        if let Some(running) = self.running.get_mut().unwrap_or_else(|p| p.into_inner()) {
+            running.stop();
+        }
     }
 }
 
@@ -167,17 +213,14 @@ pub fn prepare() {
 
 /// Runs the spawner of `cella __sandbox-spawner`: the control socket is its stdin.
 pub fn run(guest: Guest) -> ! {
+    const CONTROL: RawFd = 0;
     sys::setsid();
-    serve(0, guest)
-}
-
-fn serve(control: RawFd, guest: Guest) -> ! {
     sys::set_process_name("cella-spawner");
     prepare();
     // Helpers are not waited for here: ignoring SIGCHLD has the kernel reap them.
     sys::set_signal(libc::SIGCHLD, true);
     loop {
-        let (tag, fds) = match sys::recv_fds(control) {
+        let (tag, fds) = match sys::recv_fds(CONTROL) {
             Ok(Some(message)) => message,
             Ok(None) => sys::exit_now(0),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

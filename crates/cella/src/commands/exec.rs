@@ -117,12 +117,7 @@ pub struct ExecArgs {
     #[arg(long, short)]
     pub verbose: bool,
     /// The command and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -132,6 +127,22 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let rt = super::local::runtime()?;
     let code = rt.block_on(exec(args, spec, backend))?;
     Ok(ExitCode::from(code))
+}
+
+/// Whether this process's stdin has anything for the command: not when it is a terminal (an
+/// interactive session is `cella shell`), nor `/dev/null` or closed (the command's stdin is
+/// then `/dev/null` in the sandbox, and no forwarding round trips are made).
+fn forwards_stdin() -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if std::io::stdin().is_terminal() {
+        return false;
+    }
+    let Ok(stdin) = std::fs::metadata("/proc/self/fd/0") else {
+        return false;
+    };
+    let is_null = stdin.file_type().is_char_device()
+        && std::fs::metadata("/dev/null").is_ok_and(|null| null.rdev() == stdin.rdev());
+    !is_null
 }
 
 async fn exec(
@@ -176,7 +187,7 @@ async fn exec(
         }),
         pty: None,
         tag: None,
-        stdin: Some(!std::io::stdin().is_terminal()),
+        stdin: Some(forwards_stdin()),
     };
     let user = if args.sandbox.root {
         Some("root")

@@ -24,14 +24,14 @@ pub fn native_backend_in(data_dir: Option<&std::path::Path>) -> anyhow::Result<N
 }
 
 /// A native backend for one sandbox of `spec` made right away (`cella exec`, `cella shell`).
-/// Call it first, while this process is still single-threaded: the helper spawner is forked
-/// from it rather than started from the binary, and does its preparation while the caller
-/// goes on. The egress proxy is started only when the spec's network policy lets anything
+/// Call it first, while this process is still single-threaded: the sandbox's helper is forked
+/// from it right away (no spawner process, no second load of the binary) and does its
+/// preparation while the caller goes on. The egress proxy is started only when the spec's network policy lets anything
 /// out (the policy of a local sandbox never changes afterwards).
 pub fn one_sandbox_backend(spec: &SandboxSpec) -> anyhow::Result<NativeBackend> {
     let mut config = config()?;
-    let spawner = Spawner::fork_current(&config.helper, super::guest::run_in_sandbox)
-        .context("starting the sandbox helper spawner")?;
+    let spawner = Spawner::fork_helper(&config.helper, super::guest::run_in_sandbox)
+        .context("starting the sandbox helper")?;
     if !spec.network.is_deny_all() {
         config.egress = Some(egress_proxy()?);
     }

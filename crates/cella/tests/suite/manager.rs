@@ -479,3 +479,59 @@ async fn warm_pool_serves_matching_creates_refills_and_sweeps_leftovers() {
     }
     assert_eq!(std::fs::read_dir(journal().dir()).unwrap().count(), 0);
 }
+
+/// Children of this process named `comm` (from /proc).
+fn children_named(comm: &str) -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let Some((name, rest)) = stat.split_once(") ") else {
+                return false;
+            };
+            // Fields after the name: state, then the parent's pid; a zombie is gone already.
+            let mut fields = rest.split(' ');
+            let state = fields.next();
+            name.ends_with(&format!("({comm}"))
+                && state != Some("Z")
+                && fields.next() == Some(me.as_str())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_helper_spawner_is_replaced() {
+    require_root!();
+    let mgr = manager();
+    // The spawner names itself once it runs.
+    let mut before = children_named("cella-spawner");
+    for _ in 0..200 {
+        if !before.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        before = children_named("cella-spawner");
+    }
+    assert_eq!(
+        before.len(),
+        1,
+        "the backend starts one spawner: {before:?}"
+    );
+    for pid in &before {
+        // SAFETY: kill with integer arguments only.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let sb = mgr
+        .create(SandboxSpec::default())
+        .await
+        .expect("a create after the spawner died starts a new one");
+    let (out, _, end) = output(&run_to_end(&sb.envd, &start("/bin/echo", &["alive"])).await);
+    assert_eq!((out.as_str(), end.unwrap().exit_code), ("alive\n", 0));
+    let after = children_named("cella-spawner");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(!before.contains(&after[0]));
+    mgr.kill(&sb.id).await.unwrap();
+}
