@@ -539,3 +539,70 @@ fn egress_leads_only_through_the_host_proxy() {
         );
     }
 }
+
+/// The rootless subset: cella run by an unprivileged host user (no cgroups, no id range, only
+/// a user namespace) keeps the isolation guarantees that do not depend on root.
+#[test]
+fn rootless_sandboxes_keep_the_isolation_guarantees() {
+    require_root!(); // to become the unprivileged user
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    let script = format!(
+        "{PY_LIBC}\
+         import socket\n\
+         print('mount', err(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)))\n\
+         print('userns', err(libc.unshare(0x10000000)))\n\
+         print('ptrace', err(libc.ptrace(16, 1, None, None)))\n\
+         print('keyctl', err(libc.syscall(250, 0, 0, 0, 0, 0)))\n\
+         def write(path):\n    try:\n        open(path, 'w').write('x')\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\n\
+         print('usr', write('/usr/cella-was-here'))\n\
+         print('procsys', write('/proc/sys/kernel/hostname'))\n\
+         print('hostenv', os.environ.get('CELLA_HOST_SECRET', 'absent'))\n\
+         caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\n\
+         print('caps', caps[0])\n\
+         pids = [p for p in os.listdir('/proc') if p.isdigit()]\n\
+         print('pids', 'few' if len(pids) < 10 else pids)\n\
+         try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('loopback', 'CONNECTED')\n\
+         except OSError as e:\n    print('loopback', errno.errorcode[e.errno])\n"
+    );
+    let o = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--reset-env",
+        ])
+        .arg("env")
+        .arg(format!("CELLA_RUN_DIR={}/run", tmp.path().display()))
+        .arg(format!("CELLA_DATA_DIR={}/data", tmp.path().display()))
+        .arg("CELLA_HOST_SECRET=leaked")
+        .arg(env!("CARGO_BIN_EXE_cella"))
+        .args(["exec", "--", "python3", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setpriv");
+    let got: Vec<String> = text(&o.stdout).lines().map(String::from).collect();
+    assert_eq!(
+        got,
+        [
+            "mount EPERM",
+            "userns EPERM",
+            "ptrace EPERM",
+            "keyctl EPERM",
+            "usr EROFS",
+            "procsys EROFS",
+            "hostenv absent",
+            "caps 0000000000000000",
+            "pids few",
+            "loopback ECONNREFUSED",
+        ],
+        "{}",
+        all_output(&o)
+    );
+}
