@@ -244,6 +244,9 @@ pub fn run(guest: Guest) -> ! {
 fn become_helper(request: OwnedFd, report: OwnedFd, guest: Guest) -> ! {
     sys::set_signal(libc::SIGCHLD, false);
     sys::set_process_name("cella-helper");
+    // The sandbox's init is a fork of this process: its command line and environment
+    // (/proc/1/cmdline inside) must not be those of whatever process forked it.
+    sys::scrub_cmdline_and_environ("cella-sandbox");
     if sys::move_fd(request, 0).is_err() || sys::move_fd(report, 1).is_err() {
         sys::exit_now(1);
     }

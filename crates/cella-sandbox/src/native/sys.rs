@@ -409,6 +409,43 @@ pub fn install_seccomp(program: &[libc::sock_filter]) -> io::Result<()> {
     Ok(())
 }
 
+/// Overwrites this process's original argument and environment strings in place (what
+/// `/proc/<pid>/cmdline` and `environ` read) with `name` and zeros, for a process forked from
+/// a command line that must not carry the caller's arguments and environment along. Nothing
+/// may read `std::env::args` afterwards.
+pub fn scrub_cmdline_and_environ(name: &str) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return;
+    };
+    // Fields 48-51 of stat (arg_start, arg_end, env_start, env_end); `rest` starts at field 3.
+    let fields: Vec<usize> = rest
+        .split(' ')
+        .skip(45)
+        .take(4)
+        .filter_map(|f| f.trim().parse().ok())
+        .collect();
+    let [arg_start, arg_end, env_start, env_end] = fields[..] else {
+        return;
+    };
+    for (start, end) in [(arg_start, arg_end), (env_start, env_end)] {
+        if start == 0 || end <= start {
+            continue;
+        }
+        // SAFETY: the kernel reports these ranges as this process's own argument and
+        // environment strings, on its (writable) stack; the process is single-threaded and no
+        // Rust value borrows them (std only keeps pointers it reads in `env::args`, which the
+        // caller no longer uses; the environment was cleared before).
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+    }
+    if arg_start != 0 && name.len() < arg_end.saturating_sub(arg_start) {
+        // SAFETY: as above; `name` and its terminating zero fit in the argument range.
+        unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), arg_start as *mut u8, name.len()) };
+    }
+}
+
 /// Shuts a socket down both ways (its peer reads end of file).
 pub fn shutdown(sock: &OwnedFd) {
     // SAFETY: shutdown on a descriptor we own; failure (not connected) is harmless.

@@ -463,6 +463,28 @@ fn host_environment_is_not_inherited() {
     let out = text(&o.stdout);
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("HOME=/home/user"), "{out}");
+    // Nor does the sandbox's init (a fork of the command's own process) show the host's
+    // command line or environment.
+    let o = cella()
+        .env("CELLA_TEST_SECRET", "hunter2")
+        .args([
+            "exec",
+            "--root",
+            "--env",
+            "MARKER=in-the-args",
+            "--",
+            "sh",
+            "-c",
+            "tr '\\0' ' ' < /proc/1/cmdline; echo; cat /proc/1/environ; echo \"environ: $?\"",
+        ])
+        .output()
+        .expect("run");
+    let out = all_output(&o);
+    assert!(text(&o.stdout).starts_with("cella-sandbox "), "{out}");
+    assert!(!out.contains("in-the-args"), "{out}");
+    assert!(!out.contains(env!("CARGO_BIN_EXE_cella")), "{out}");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("environ: 1"), "{out}");
 }
 
 #[test]

@@ -535,3 +535,24 @@ async fn a_dead_helper_spawner_is_replaced() {
     assert!(!before.contains(&after[0]));
     mgr.kill(&sb.id).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_sandbox_init_shows_no_host_command_line() {
+    require_root!();
+    let mgr = manager();
+    let sb = mgr.create(SandboxSpec::default()).await.expect("create");
+    let (out, _, end) = output(
+        &run_to_end(
+            &sb.envd,
+            &start("/bin/sh", &["-c", "tr '\\0' '|' < /proc/1/cmdline"]),
+        )
+        .await,
+    );
+    assert_eq!(end.unwrap().exit_code, 0);
+    assert!(out.starts_with("cella-sandbox|"), "{out:?}");
+    assert!(
+        !out.contains("cella/") && !out.contains("spawner"),
+        "{out:?}"
+    );
+    mgr.kill(&sb.id).await.unwrap();
+}
