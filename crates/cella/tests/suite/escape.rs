@@ -398,7 +398,7 @@ fn creating_namespaces_is_denied() {
 }
 
 #[test]
-fn the_x32_system_call_abi_is_refused() {
+fn x32_and_i386_system_calls_are_refused() {
     // x32 numbers (bit 30 set) would slip past a deny-list keyed on x86_64 numbers: mount and
     // keyctl through x32 must fail, with ENOSYS. (A kernel built without x32 answers ENOSYS by
     // itself; the seccomp unit tests check the filter's own x32 rule.)
@@ -418,6 +418,19 @@ fn the_x32_system_call_abi_is_refused() {
         "{}",
         all_output(&o)
     );
+    // The i386 ABI (`int 0x80`, its own call numbers) is not filtered by number at all: the
+    // first such call kills the process (SIGSYS, 128 + 31). On the host the same code returns.
+    let o = py(
+        &["--root"],
+        "import mmap\n\
+         buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n\
+         # mov eax, 20 (i386 getpid); int 0x80; ret\n\
+         buf.write(b'\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3')\n\
+         addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))\n\
+         print('returned', ctypes.CFUNCTYPE(ctypes.c_long)(addr)(), flush=True)\n",
+    );
+    assert_eq!(o.status.code(), Some(159), "{}", all_output(&o));
+    assert!(!text(&o.stdout).contains("returned"), "{}", all_output(&o));
 }
 
 #[test]
