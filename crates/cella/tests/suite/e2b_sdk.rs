@@ -8,12 +8,39 @@ use std::time::{Duration, Instant};
 
 use crate::require_root;
 
-pub struct Serve(Child);
+/// A `cella serve` child. Dropping it kills the server and then the sandboxes it left:
+/// sandboxes outlive their server by design (a restarted server adopts them again), but a
+/// test's server is never restarted after it is dropped.
+pub struct Serve {
+    child: Child,
+    /// The data directory whose sandboxes are ended on drop (`None`: leave them).
+    data: Option<std::path::PathBuf>,
+}
+
+impl Serve {
+    /// SIGKILLs the server only, leaving its sandboxes running for a restarted server.
+    fn kill_server_only(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.data = None;
+    }
+}
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let Some(data) = &self.data else { return };
+        let Ok(entries) = std::fs::read_dir(data.join("run")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if let Some(pid) = init_pid(data, &entry.file_name().to_string_lossy()) {
+                // SAFETY: kill sends a signal to that sandbox's init only; its helper then
+                // removes its cgroups and files.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
     }
 }
 
@@ -41,13 +68,16 @@ fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> Serve {
         .stderr(stderr)
         .spawn()
         .expect("start cella serve");
-    Serve(child)
+    Serve {
+        child,
+        data: Some(data.to_path_buf()),
+    }
 }
 
 /// Starts `cella serve` and waits until it answers; returns the server and its admin key.
 pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
     let mut server = spawn_server(data, port, Stdio::piped());
-    let stderr = server.0.stderr.take().expect("stderr");
+    let stderr = server.child.stderr.take().expect("stderr");
     let deadline = Instant::now() + Duration::from_secs(30);
     // Read the server's output on a thread for its whole life, so a chatty server never blocks
     // on a full pipe; hand the admin key over once it is printed.
@@ -153,7 +183,7 @@ fn sandboxes_survive_a_server_sigkill() {
     let data = tempfile::tempdir().expect("tempdir");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let (mut server, key) = start_server(data.path(), port);
+    let (server, key) = start_server(data.path(), port);
     let run_py = |script: &str| {
         // os._exit: skip interpreter teardown, where the SDK's native threads can abort.
         let script = format!("{script}\nimport os, sys\nsys.stdout.flush()\nos._exit(0)\n");
@@ -183,8 +213,7 @@ fn sandboxes_survive_a_server_sigkill() {
     let ids: Vec<&str> = ids.split_whitespace().collect();
     assert_eq!(ids.len(), 20);
     // SIGKILL: no graceful shutdown at all.
-    let _ = server.0.kill();
-    let _ = server.0.wait();
+    server.kill_server_only();
     // One sandbox dies while the server is down.
     let victim = ids[0];
     let victim_pid = find_init_pid(data.path(), victim);
@@ -221,6 +250,15 @@ fn sandboxes_survive_a_server_sigkill() {
 pub fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
     let sock = data.join("run").join(id).join("envd.sock");
     assert!(sock.exists(), "{} missing", sock.display());
+    init_pid(data, id).unwrap_or_else(|| panic!("no init process found for sandbox {id}"))
+}
+
+/// The running init of sandbox `id` of the server on `data`: the process whose cgroup is named
+/// after the sandbox and which is PID 1 of its namespace.
+fn init_pid(data: &std::path::Path, id: &str) -> Option<i32> {
+    if !data.join("run").join(id).join("envd.sock").exists() {
+        return None;
+    }
     // The sandbox's init is the process whose cgroup is named after the sandbox.
     for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -238,10 +276,10 @@ pub fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
                 })
                 .unwrap_or(false)
         {
-            return pid;
+            return Some(pid);
         }
     }
-    panic!("no init process found for sandbox {id}");
+    None
 }
 
 /// Starts the server again on an existing data directory (no new admin key is printed).
