@@ -1,5 +1,5 @@
-//! `cella exec` and `cella doctor` as a user runs them: output, exit codes, stdin, env, work
-//! directories, bad input, and the rootless path.
+//! `cella exec`, `cella shell` and `cella doctor` as a user runs them: output, exit codes,
+//! stdin, env, work directories, bad input, and the rootless path.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -215,4 +215,49 @@ fn rootless_exec_works_and_reports_unenforced_limits() {
     assert!(out.contains("Read-only file system"), "{out}");
     assert!(out.contains("memory limit not enforced"), "{out}");
     assert!(out.contains("rootless"), "{out}");
+}
+
+/// `cella shell` on a real terminal (util-linux `script` provides the PTY): the prompt comes,
+/// typed commands run in the sandbox, and the shell's exit code is the command's.
+#[test]
+fn shell_is_an_interactive_session_on_a_terminal() {
+    use std::io::Read;
+    let mut child = std::process::Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!("{} shell", env!("CARGO_BIN_EXE_cella")))
+        .arg("/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let mut wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !seen.contains(needle) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(chunk) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("no {needle:?} from cella shell; got {seen:?}"),
+            }
+        }
+    };
+    wait_for("user@cella:~$");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"echo $((6*7)) $(id -un)\n").expect("type");
+    wait_for("42 user");
+    stdin.write_all(b"exit 3\n").expect("type");
+    drop(stdin);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(3), "{seen}");
 }
