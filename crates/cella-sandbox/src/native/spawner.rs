@@ -5,10 +5,11 @@
 //! from itself at start ([`Spawner::fork_helper`]) and starts no spawner at all.
 //!
 //! Why: loading the 140 MB `cella` binary costs ~1.5 ms per process (page faults of a large
-//! position-independent binary), far more than a fork of a small idle process (~0.1 ms). What every helper
-//! would otherwise work out again — where the cgroup hierarchies are, the seccomp programs, the
-//! kernel's last capability — is worked out once here ([`prepare`]) and inherited. The host
-//! still never forks from its multi-threaded runtime: it only sends messages to this process.
+//! position-independent binary), far more than a fork of a small idle process (~0.1 ms). What
+//! every helper would otherwise work out again — where the cgroup hierarchies are, the seccomp
+//! program, the kernel's last capability — is worked out once here ([`prepare`]) and
+//! inherited. The host still never forks from its multi-threaded runtime: it only sends
+//! messages to this process.
 //!
 //! Protocol: the control socket is a `SOCK_SEQPACKET` pair. A request is one message, the byte
 //! [`HELPER`] carrying two descriptors: the read end of the helper's request pipe (its stdin)
@@ -82,9 +83,11 @@ impl Spawner {
         // SAFETY: this process is single-threaded (checked above).
         let pid = unsafe { sys::fork() }?;
         if pid == 0 {
+            // Like a fresh process: its own session (no terminal signals), no inherited
+            // descriptors, no environment.
+            sys::setsid();
             drop(request_w);
             drop(report_r);
-            // Like a fresh process: no terminal, no inherited descriptors, no environment.
             if sys::stdio_to_null().is_err() {
                 sys::exit_now(1);
             }
@@ -139,9 +142,7 @@ impl Spawner {
             report: report_r,
         })
     }
-}
 
-impl Spawner {
     /// If the spawner process has died, forgets it (the next request starts a new one) and
     /// says so. Called after a failure, it allows the spawner a few milliseconds to finish
     /// dying (its descriptors close before it can be collected).
