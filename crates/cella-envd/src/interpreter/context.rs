@@ -19,6 +19,9 @@ use crate::users::User;
 
 /// How long an interrupted cell may take to stop before its driver is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+/// How often the interrupt is repeated meanwhile: one that lands just before the cell starts
+/// running (a kernel ignores SIGINT between cells) must not cost the context its state.
+const INTERRUPT_REPEAT: Duration = Duration::from_millis(500);
 /// After a driver exits, how long its last output may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
@@ -145,6 +148,12 @@ impl Context {
                 return;
             }
             let kill_at = interrupted.map(|t| t + INTERRUPT_GRACE).unwrap_or(far);
+            let repeat_at = interrupted
+                .map(|t| {
+                    let since = t.elapsed().as_millis() / INTERRUPT_REPEAT.as_millis() + 1;
+                    t + INTERRUPT_REPEAT * since as u32
+                })
+                .unwrap_or(far);
             let drain_until = exited_at.map(|t| t + EXIT_DRAIN).unwrap_or(far);
             tokio::select! {
                 ev = driver.next(), if !closed => match ev {
@@ -175,6 +184,9 @@ impl Context {
                     tracing::debug!(context = %self.id, "client left: interrupting the cell");
                     driver.interrupt();
                     interrupted = Some(tokio::time::Instant::now());
+                }
+                _ = tokio::time::sleep_until(repeat_at), if repeat_at < kill_at => {
+                    driver.interrupt();
                 }
                 _ = tokio::time::sleep_until(kill_at) => {
                     tracing::warn!(context = %self.id, "the interrupted cell did not stop: restarting the context");

@@ -115,6 +115,22 @@ async fn python_builtin_driver_keeps_state_and_reports_errors() {
     assert_eq!(of_type(&lines, "result")[0]["text"], "20");
 }
 
+/// Reads a streamed answer until `needle` shows, then hangs up (the client leaves).
+async fn hang_up_after(resp: http::Response<hyper::body::Incoming>, needle: &str) {
+    let mut body = resp.into_body();
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let frame = tokio::time::timeout(Duration::from_secs(30), body.frame())
+            .await
+            .expect("output in time")
+            .expect("a frame")
+            .expect("body");
+        if let Some(data) = frame.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(data));
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_cell_whose_client_leaves_is_interrupted() {
     let addr = start().await;
@@ -132,15 +148,29 @@ async fn a_cell_whose_client_leaves_is_interrupted() {
         json!({"code": "print('looping', flush=True)\nwhile True:\n    pass", "context_id": id}),
     )
     .await;
-    let mut body = resp.into_body();
-    let first = tokio::time::timeout(Duration::from_secs(30), body.frame())
-        .await
-        .expect("first output in time");
-    assert!(first.is_some());
-    drop(body);
+    hang_up_after(resp, "looping").await;
     // The same context answers, its state intact.
     let lines = run(addr, json!({"code": "kept", "context_id": id})).await;
     assert_eq!(of_type(&lines, "result")[0]["text"], "yes", "{lines:?}");
+
+    // The interrupt is repeated while the cell runs on: one that catches the first
+    // KeyboardInterrupt still stops well within the grace period, its context intact.
+    let resp = send(
+        addr,
+        "POST",
+        "/execute",
+        json!({"code": "try:\n    print('looping', flush=True)\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    pass\nwhile True:\n    pass", "context_id": id}),
+    )
+    .await;
+    hang_up_after(resp, "looping").await;
+    let started = std::time::Instant::now();
+    let lines = run(addr, json!({"code": "kept", "context_id": id})).await;
+    assert_eq!(of_type(&lines, "result")[0]["text"], "yes", "{lines:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

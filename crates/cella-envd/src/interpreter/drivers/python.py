@@ -186,6 +186,7 @@ def run_builtin():
     builtins.display = display
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     count = 0
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     emit({"type": "ready", "kernel": "builtin"})
     for cmd in commands():
         count += 1
@@ -194,6 +195,9 @@ def run_builtin():
         filename = "<cell %d>" % count
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         with Env(cmd.get("env_vars")):
+            # SIGINT interrupts the cell only while it runs; between cells it is ignored, so an
+            # interrupt cannot tear the driver's own protocol writes (envd repeats it meanwhile).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 tree = ast.parse(code, filename, "exec")
                 last = None
@@ -212,9 +216,11 @@ def run_builtin():
                         sys.stdout.flush()
                         emit({"type": "result", "is_main_result": True, "data": mime_bundle(value)})
             except BaseException as e:  # noqa: B036 - KeyboardInterrupt and SystemExit included
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": user_traceback(e)})
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
                 flush_figures()
             except KeyboardInterrupt:
