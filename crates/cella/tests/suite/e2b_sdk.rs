@@ -3,46 +3,14 @@
 //! a second tenant's key, and runs tests/python with pytest.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::support::{ServeProcess, sandbox_init_pid};
 use crate::require_root;
 
-/// A `cella serve` child. Dropping it kills the server and then the sandboxes it left:
-/// sandboxes outlive their server by design (a restarted server adopts them again), but a
-/// test's server is never restarted after it is dropped.
-pub struct Serve {
-    child: Child,
-    /// The data directory whose sandboxes are ended on drop (`None`: leave them).
-    data: Option<std::path::PathBuf>,
-}
-
-impl Serve {
-    /// SIGKILLs the server only, leaving its sandboxes running for a restarted server.
-    fn kill_server_only(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.data = None;
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let Some(data) = &self.data else { return };
-        let Ok(entries) = std::fs::read_dir(data.join("run")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            if let Some(pid) = init_pid(data, &entry.file_name().to_string_lossy()) {
-                // SAFETY: kill sends a signal to that sandbox's init only; its helper then
-                // removes its cgroups and files.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-}
+/// A test's `cella serve` (see [`ServeProcess`]).
+pub type Serve = ServeProcess;
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -68,16 +36,13 @@ fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> Serve {
         .stderr(stderr)
         .spawn()
         .expect("start cella serve");
-    Serve {
-        child,
-        data: Some(data.to_path_buf()),
-    }
+    ServeProcess::new(child, data)
 }
 
 /// Starts `cella serve` and waits until it answers; returns the server and its admin key.
 pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
     let mut server = spawn_server(data, port, Stdio::piped());
-    let stderr = server.child.stderr.take().expect("stderr");
+    let stderr = server.child().stderr.take().expect("stderr");
     let deadline = Instant::now() + Duration::from_secs(30);
     // Read the server's output on a thread for its whole life, so a chatty server never blocks
     // on a full pipe; hand the admin key over once it is printed.
@@ -245,41 +210,11 @@ fn sandboxes_survive_a_server_sigkill() {
     assert!(!checked.contains("victim still there"), "{checked}");
 }
 
-/// The host pid of a sandbox's init, from its helper's socket directory (the server's store is
-/// not read directly: this is what an operator would see).
+/// The host pid of a sandbox's init, from its helper's socket directory.
 pub fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
     let sock = data.join("run").join(id).join("envd.sock");
     assert!(sock.exists(), "{} missing", sock.display());
-    init_pid(data, id).unwrap_or_else(|| panic!("no init process found for sandbox {id}"))
-}
-
-/// The running init of sandbox `id` of the server on `data`: the process whose cgroup is named
-/// after the sandbox and which is PID 1 of its namespace.
-fn init_pid(data: &std::path::Path, id: &str) -> Option<i32> {
-    if !data.join("run").join(id).join("envd.sock").exists() {
-        return None;
-    }
-    // The sandbox's init is the process whose cgroup is named after the sandbox.
-    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            && cg
-                .lines()
-                .any(|l| l.contains("pids:") && l.ends_with(&format!("/cella/{id}")))
-            && std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .map(|s| {
-                    s.contains("NSpid:")
-                        && s.lines()
-                            .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1"))
-                })
-                .unwrap_or(false)
-        {
-            return Some(pid);
-        }
-    }
-    None
+    sandbox_init_pid(data, id).unwrap_or_else(|| panic!("no init process found for sandbox {id}"))
 }
 
 /// Starts the server again on an existing data directory (no new admin key is printed).

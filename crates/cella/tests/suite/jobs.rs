@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use cella_llm::testing::{FakeProvider, RecordedRequest, Reply};
 use serde_json::{Value, json};
 
+use super::support::ServeProcess;
 use crate::require_root;
 
 /// What the fake model does, chosen by a word in the task.
@@ -111,7 +112,7 @@ fn free_port() -> u16 {
 
 /// A `cella serve` with jobs, killed (SIGKILL) when dropped.
 struct Server {
-    child: Child,
+    process: ServeProcess,
     port: u16,
     data: PathBuf,
     key: String,
@@ -125,7 +126,7 @@ impl Server {
         let port = free_port();
         let log = data.join("serve.log");
         let mut s = Server {
-            child: spawn(data, port, model.fake.url(), args, &log),
+            process: ServeProcess::new(spawn(data, port, model.fake.url(), args, &log), data),
             port,
             data: data.to_owned(),
             key: String::new(),
@@ -144,7 +145,7 @@ impl Server {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.process.child().try_wait() {
                 panic!("cella serve exited ({status}):\n{}", self.log_text());
             }
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
@@ -167,10 +168,17 @@ impl Server {
 
     /// SIGKILL, then a new process on the same port and data directory.
     fn kill_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.child = spawn(&self.data, self.port, &self.model_url, &args, &self.log);
+        // The old process goes first: the new one takes its port.
+        let _ = self.process.child().kill();
+        let _ = self.process.child().wait();
+        self.process.replace(spawn(
+            &self.data,
+            self.port,
+            &self.model_url,
+            &args,
+            &self.log,
+        ));
         self.wait_ready();
     }
 
@@ -210,13 +218,6 @@ impl Server {
             .stdin(Stdio::null())
             .output()
             .expect("cella jobs")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

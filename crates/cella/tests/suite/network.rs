@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::require_root;
-use crate::suite::support::{all_output, cella, text};
+use crate::suite::support::{ServeProcess, all_output, cella, text};
 
 const PUBLIC: &str = "198.51.100.10";
 const PRIVATE: &str = "10.20.30.40";
@@ -361,16 +361,7 @@ fn without_the_proxy_there_is_no_route_out() {
 
 // ---- the server: create with E2B fields, change at runtime, survive a restart ----
 
-struct Serve(std::process::Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_serve(data: &Path, hosts: &Path, port: u16) -> Serve {
+fn start_serve(data: &Path, hosts: &Path, port: u16) -> ServeProcess {
     let child = cella()
         .args([
             "serve",
@@ -393,7 +384,7 @@ fn start_serve(data: &Path, hosts: &Path, port: u16) -> Serve {
         assert!(Instant::now() < deadline, "cella serve did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Serve(child)
+    ServeProcess::new(child, data)
 }
 
 /// One HTTP/1.1 request to the server; (status, body).
@@ -519,7 +510,7 @@ fn server_policies_change_at_runtime_and_survive_a_restart() {
         }
 
         // A restarted server serves the sandbox's socket again, with the changed policy.
-        drop(serve);
+        serve.kill_server_only();
         let _serve = start_serve(&data, &lab.hosts(), port);
         assert_eq!(via_proxy(&socket, "other.test"), "HTTP/1.1 200 OK");
         assert_eq!(via_proxy(&socket, "allowed.test"), "HTTP/1.1 403 Forbidden");
@@ -611,7 +602,7 @@ fn e2b_sdk_network_options() {
             ],
             "{out}"
         );
-        drop(serve);
+        serve.kill_server_only();
         let _serve = start_serve(&data, &lab.hosts(), 3000);
         let out = python(&["-c", SDK_AFTER_RESTART, lines[8]]);
         assert_eq!(out.lines().collect::<Vec<_>>(), ["200", "403"], "{out}");

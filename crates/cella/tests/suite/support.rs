@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: running the real `cella` binary.
 
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 pub fn cella() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cella"));
@@ -50,4 +51,88 @@ pub fn unique(prefix: &str) -> String {
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     )
+}
+
+/// A test's `cella serve` process. Dropping it kills the server, then the sandboxes it left
+/// under `<data>/run`: sandboxes outlive their server by design (a restarted server adopts them
+/// again), but a test's server is not restarted once dropped.
+pub struct ServeProcess {
+    child: Child,
+    /// The data directory whose sandboxes are ended on drop (`None`: leave them).
+    data: Option<PathBuf>,
+}
+
+impl ServeProcess {
+    pub fn new(child: Child, data: &Path) -> ServeProcess {
+        ServeProcess {
+            child,
+            data: Some(data.to_path_buf()),
+        }
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// SIGKILLs the server only, leaving its sandboxes running for a restarted server.
+    pub fn kill_server_only(mut self) {
+        self.kill();
+        self.data = None;
+    }
+
+    /// SIGKILLs the server and puts `next` (on the same data directory) in its place; the
+    /// sandboxes stay for it.
+    pub fn replace(&mut self, next: Child) {
+        self.kill();
+        self.child = next;
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+        let Some(data) = &self.data else { return };
+        let Ok(entries) = std::fs::read_dir(data.join("run")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if let Some(pid) = sandbox_init_pid(data, &entry.file_name().to_string_lossy()) {
+                // SAFETY: kill sends a signal to that sandbox's init only; its helper then
+                // removes its cgroups and files.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// The running init of sandbox `id` of the server on `data` (what an operator would see, not
+/// the server's store): the process whose cgroup is named after the sandbox and which is PID 1
+/// of its namespace.
+pub fn sandbox_init_pid(data: &Path, id: &str) -> Option<i32> {
+    if !data.join("run").join(id).join("envd.sock").exists() {
+        return None;
+    }
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let in_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|cg| {
+            cg.lines()
+                .any(|l| l.contains("pids:") && l.ends_with(&format!("/cella/{id}")))
+        });
+        let is_init = in_cgroup
+            && std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1"))
+            });
+        if is_init {
+            return Some(pid);
+        }
+    }
+    None
 }
