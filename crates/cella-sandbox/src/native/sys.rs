@@ -414,20 +414,8 @@ pub fn install_seccomp(program: &[libc::sock_filter]) -> io::Result<()> {
 /// a command line that must not carry the caller's arguments and environment along. Nothing
 /// may read `std::env::args` afterwards.
 pub fn scrub_cmdline_and_environ(name: &str) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
-    };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-        return;
-    };
-    // Fields 48-51 of stat (arg_start, arg_end, env_start, env_end); `rest` starts at field 3.
-    let fields: Vec<usize> = rest
-        .split(' ')
-        .skip(45)
-        .take(4)
-        .filter_map(|f| f.trim().parse().ok())
-        .collect();
-    let [arg_start, arg_end, env_start, env_end] = fields[..] else {
+    // arg_start, arg_end, env_start, env_end.
+    let Some([arg_start, arg_end, env_start, env_end]) = self_stat_fields::<usize, 4>(48) else {
         return;
     };
     for (start, end) in [(arg_start, arg_end), (env_start, env_end)] {
@@ -464,11 +452,21 @@ pub unsafe fn fork() -> io::Result<libc::pid_t> {
 
 /// How many threads this process has (from `/proc/self/stat`), if it can tell.
 pub fn thread_count() -> Option<u64> {
+    self_stat_fields::<u64, 1>(20).map(|[n]| n)
+}
+
+/// `N` consecutive fields of `/proc/self/stat` from field `first` (numbered from 1 as in
+/// proc(5); field 3 or later).
+fn self_stat_fields<T: std::str::FromStr, const N: usize>(first: usize) -> Option<[T; N]> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which is in parentheses and may contain spaces: the 20th
-    // field overall (num_threads) is the 18th after it.
+    // Field 2, the command name, is in parentheses and may contain spaces: count from after it.
     let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(17)?.parse().ok()
+    let mut fields = rest.split(' ').skip(first.checked_sub(3)?);
+    let mut out = Vec::with_capacity(N);
+    for _ in 0..N {
+        out.push(fields.next()?.trim().parse().ok()?);
+    }
+    out.try_into().ok()
 }
 
 /// Restores the default action of `sig`, or ignores it (`ignore`).

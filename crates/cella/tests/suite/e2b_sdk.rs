@@ -6,11 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{ServeProcess, sandbox_init_pid};
+use super::support::{ServeProcess, sandbox_init_pid, serve_command};
 use crate::require_root;
-
-/// A test's `cella serve` (see [`ServeProcess`]).
-pub type Serve = ServeProcess;
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -21,18 +18,8 @@ pub fn free_port() -> u16 {
 }
 
 /// `cella serve` on `port` with `data` as its data directory.
-fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> Serve {
-    let child = Command::new(env!("CARGO_BIN_EXE_cella"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data)
-        .env("CELLA_RUN_DIR", data.join("run"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> ServeProcess {
+    let child = serve_command(data, port)
         .stderr(stderr)
         .spawn()
         .expect("start cella serve");
@@ -40,7 +27,7 @@ fn spawn_server(data: &std::path::Path, port: u16, stderr: Stdio) -> Serve {
 }
 
 /// Starts `cella serve` and waits until it answers; returns the server and its admin key.
-pub fn start_server(data: &std::path::Path, port: u16) -> (Serve, String) {
+pub fn start_server(data: &std::path::Path, port: u16) -> (ServeProcess, String) {
     let mut server = spawn_server(data, port, Stdio::piped());
     let stderr = server.child().stderr.take().expect("stderr");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -218,7 +205,7 @@ pub fn find_init_pid(data: &std::path::Path, id: &str) -> i32 {
 }
 
 /// Starts the server again on an existing data directory (no new admin key is printed).
-fn restart_server(data: &std::path::Path, port: u16) -> (Serve, ()) {
+fn restart_server(data: &std::path::Path, port: u16) -> (ServeProcess, ()) {
     let server = spawn_server(data, port, Stdio::null());
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{all_output, cella, sh, text, unique};
+use super::support::{all_output, cella, rootless_cella, sh, text, unique};
 use crate::require_root;
 
 /// Python helper prelude: libc through ctypes, returning errno names.
@@ -583,11 +583,6 @@ fn rootless_sandboxes_keep_the_isolation_guarantees() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .expect("chmod");
     let script = format!(
         "{PY_LIBC}\
          import socket\n\
@@ -606,20 +601,8 @@ fn rootless_sandboxes_keep_the_isolation_guarantees() {
          try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('loopback', 'CONNECTED')\n\
          except OSError as e:\n    print('loopback', errno.errorcode[e.errno])\n"
     );
-    let o = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--reset-env",
-        ])
-        .arg("env")
-        .arg(format!("CELLA_RUN_DIR={}/run", tmp.path().display()))
-        .arg(format!("CELLA_DATA_DIR={}/data", tmp.path().display()))
-        .arg("CELLA_HOST_SECRET=leaked")
-        .arg(env!("CARGO_BIN_EXE_cella"))
+    let o = rootless_cella(tmp.path(), &["CELLA_HOST_SECRET=leaked"])
         .args(["exec", "--", "python3", "-c", &script])
-        .stdin(std::process::Stdio::null())
         .output()
         .expect("setpriv");
     let got: Vec<String> = text(&o.stdout).lines().map(String::from).collect();

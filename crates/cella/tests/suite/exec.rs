@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use super::support::{all_output, cella, sh, text};
+use super::support::{all_output, cella, rootless_cella, sh, text};
 use crate::require_root;
 
 #[test]
@@ -183,22 +183,7 @@ fn doctor_reports_the_host() {
 fn rootless_exec_works_and_reports_unenforced_limits() {
     require_root!();
     let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .expect("chmod");
-    let o = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--reset-env",
-        ])
-        .arg("env")
-        .arg(format!("CELLA_RUN_DIR={}/run", tmp.path().display()))
-        .arg(format!("CELLA_DATA_DIR={}/data", tmp.path().display()))
-        .arg(env!("CARGO_BIN_EXE_cella"))
+    let o = rootless_cella(tmp.path(), &[])
         .args([
             "exec",
             "--verbose",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use cella_llm::testing::{FakeProvider, RecordedRequest, Reply};
 use serde_json::{Value, json};
 
-use super::support::ServeProcess;
+use super::support::{ServeProcess, serve_command};
 use crate::require_root;
 
 /// What the fake model does, chosen by a word in the task.
@@ -169,16 +169,8 @@ impl Server {
     /// SIGKILL, then a new process on the same port and data directory.
     fn kill_and_restart(&mut self) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        // The old process goes first: the new one takes its port.
-        let _ = self.process.child().kill();
-        let _ = self.process.child().wait();
-        self.process.replace(spawn(
-            &self.data,
-            self.port,
-            &self.model_url,
-            &args,
-            &self.log,
-        ));
+        self.process
+            .restart(|| spawn(&self.data, self.port, &self.model_url, &args, &self.log));
         self.wait_ready();
     }
 
@@ -227,23 +219,13 @@ fn spawn(data: &Path, port: u16, model_url: &str, args: &[&str], log: &Path) -> 
         .append(true)
         .open(log)
         .expect("log file");
-    Command::new(env!("CARGO_BIN_EXE_cella"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data)
+    serve_command(data, port)
         .args(args)
-        .env("CELLA_RUN_DIR", data.join("run"))
         .env("CELLA_MODEL", "openai-compatible/fake-model")
         .env("CELLA_BASE_URL", format!("{model_url}/v1"))
         .env_remove("CELLA_API_KEY")
         .env_remove("CELLA_NODE")
         .env("CELLA_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .expect("start cella serve")

@@ -10,12 +10,12 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::require_root;
-use crate::suite::support::{ServeProcess, all_output, cella, text};
+use crate::suite::support::{ServeProcess, all_output, cella, serve_command, text};
 
 const PUBLIC: &str = "198.51.100.10";
 const PRIVATE: &str = "10.20.30.40";
@@ -362,21 +362,9 @@ fn without_the_proxy_there_is_no_route_out() {
 // ---- the server: create with E2B fields, change at runtime, survive a restart ----
 
 fn start_serve(data: &Path, hosts: &Path, port: u16) -> ServeProcess {
-    let child = cella()
-        .args([
-            "serve",
-            "--no-auth",
-            "--warm-pool",
-            "base=1",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data)
-        .env("CELLA_RUN_DIR", data.join("run"))
+    let child = serve_command(data, port)
+        .args(["--no-auth", "--warm-pool", "base=1"])
         .env("CELLA_EGRESS_HOSTS", hosts)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start cella serve");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -182,7 +182,7 @@ impl Api {
 
 /// A running server with an admin tenant (`a`) and a second tenant (`b`).
 struct Fixture {
-    _server: super::e2b_sdk::Serve,
+    _server: super::support::ServeProcess,
     data: tempfile::TempDir,
     a: Api,
     b: Api,

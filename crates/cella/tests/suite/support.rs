@@ -53,6 +53,45 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// `cella serve` on 127.0.0.1:`port` with `data` as its data directory and `<data>/run` as its
+/// run directory (where [`ServeProcess`] finds the sandboxes it leaves). Stdio is null; callers
+/// add flags, environment and stderr.
+pub fn serve_command(data: &Path, port: u16) -> Command {
+    let mut c = cella();
+    c.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--data-dir",
+    ])
+    .arg(data)
+    .env("CELLA_RUN_DIR", data.join("run"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    c
+}
+
+/// `cella` run by an unprivileged host user (uid 65534, no groups, a reset environment plus
+/// `envs`), keeping its run and data directories under `dir` (made world-writable for it).
+pub fn rootless_cella(dir: &Path, envs: &[&str]) -> Command {
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--reset-env",
+        "env",
+    ])
+    .arg(format!("CELLA_RUN_DIR={}/run", dir.display()))
+    .arg(format!("CELLA_DATA_DIR={}/data", dir.display()))
+    .args(envs)
+    .arg(env!("CARGO_BIN_EXE_cella"))
+    .stdin(Stdio::null());
+    c
+}
+
 /// A test's `cella serve` process. Dropping it kills the server, then the sandboxes it left
 /// under `<data>/run`: sandboxes outlive their server by design (a restarted server adopts them
 /// again), but a test's server is not restarted once dropped.
@@ -80,11 +119,11 @@ impl ServeProcess {
         self.data = None;
     }
 
-    /// SIGKILLs the server and puts `next` (on the same data directory) in its place; the
-    /// sandboxes stay for it.
-    pub fn replace(&mut self, next: Child) {
+    /// SIGKILLs the server, then puts the one `start` starts (on the same data directory and
+    /// port) in its place; the sandboxes stay for it.
+    pub fn restart(&mut self, start: impl FnOnce() -> Child) {
         self.kill();
-        self.child = next;
+        self.child = start();
     }
 
     fn kill(&mut self) {
