@@ -7,15 +7,13 @@
 use std::process::Command;
 
 use super::e2b_sdk::{free_port, start_server};
+use super::support::sdk_python;
 use crate::require_root;
 
 #[test]
 fn e2b_code_interpreter_sdk_against_cella_serve() {
     require_root!();
-    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
-        eprintln!(
-            "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned SDKs)"
-        );
+    let Some(python) = sdk_python() else {
         return;
     };
     let data = tempfile::tempdir().expect("tempdir");
@@ -24,7 +22,7 @@ fn e2b_code_interpreter_sdk_against_cella_serve() {
     let url = format!("http://127.0.0.1:{port}");
     let test = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/python/test_code_interpreter.py");
-    let out = Command::new(std::path::Path::new(&venv).join("bin/python"))
+    let out = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(&test)
         .env("E2B_API_URL", &url)

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{ServeProcess, sandbox_init_pid, serve_command};
+use super::support::{ServeProcess, sandbox_init_pid, sdk_python, serve_command};
 use crate::require_root;
 
 pub fn free_port() -> u16 {
@@ -75,10 +75,7 @@ pub fn start_server(data: &std::path::Path, port: u16) -> (ServeProcess, String)
 #[test]
 fn e2b_python_sdk_against_cella_serve() {
     require_root!();
-    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
-        eprintln!(
-            "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned e2b SDK)"
-        );
+    let Some(python) = sdk_python() else {
         return;
     };
     let data = tempfile::tempdir().expect("tempdir");
@@ -97,7 +94,7 @@ fn e2b_python_sdk_against_cella_serve() {
     let other_key = String::from_utf8_lossy(&other.stdout).trim().to_string();
     let url = format!("http://127.0.0.1:{port}");
     let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python");
-    let out = Command::new(std::path::Path::new(&venv).join("bin/python"))
+    let out = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(&tests)
         // Run by its own test (suite/code_interpreter.rs).
@@ -125,13 +122,9 @@ fn e2b_python_sdk_against_cella_serve() {
 #[test]
 fn sandboxes_survive_a_server_sigkill() {
     require_root!();
-    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
-        eprintln!(
-            "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned e2b SDK)"
-        );
+    let Some(python) = sdk_python() else {
         return;
     };
-    let python = std::path::Path::new(&venv).join("bin/python");
     let data = tempfile::tempdir().expect("tempdir");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -220,14 +213,13 @@ fn restart_server(data: &std::path::Path, port: u16) -> (ServeProcess, ()) {
 #[test]
 fn bench_e2b_reports_sdk_and_raw_series_with_pool_hits() {
     require_root!();
-    let Some(venv) = std::env::var_os("CELLA_TEST_VENV") else {
-        eprintln!("SKIP: CELLA_TEST_VENV is not set (./scripts/test creates it)");
+    let Some(python) = sdk_python() else {
         return;
     };
     let out = Command::new(env!("CARGO_BIN_EXE_cella"))
         .args(["bench", "e2b", "--runs", "4", "--concurrency", "1,2"])
         .args(["--warm-pool", "2", "--rounds", "2", "--json", "--python"])
-        .arg(std::path::Path::new(&venv).join("bin/python"))
+        .arg(&python)
         .output()
         .expect("cella bench e2b");
     let stderr = String::from_utf8_lossy(&out.stderr);

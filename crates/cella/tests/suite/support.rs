@@ -53,6 +53,20 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// The Python of the virtualenv with the pinned SDKs (`CELLA_TEST_VENV`, which ./scripts/test
+/// creates and sets), or `None` after saying why the calling test skips.
+pub fn sdk_python() -> Option<PathBuf> {
+    match std::env::var_os("CELLA_TEST_VENV") {
+        Some(venv) => Some(Path::new(&venv).join("bin/python")),
+        None => {
+            eprintln!(
+                "SKIP: CELLA_TEST_VENV is not set (./scripts/test creates the virtualenv with the pinned SDKs)"
+            );
+            None
+        }
+    }
+}
+
 /// `cella serve` on 127.0.0.1:`port` with `data` as its data directory and `<data>/run` as its
 /// run directory (where [`ServeProcess`] finds the sandboxes it leaves). Stdio is null; callers
 /// add flags, environment and stderr.
